@@ -1,0 +1,47 @@
+"""corrgrpo_envs: Gymnasium-style environments with named vector rewards.
+
+Importing the package registers every built-in domain::
+
+    import corrgrpo_envs
+    env = corrgrpo_envs.make("corrgrpo/ScaleDominance-v0")
+    obs, info = env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step("abc 123")
+    reward            # float32 array, one entry per env.unwrapped.reward_names
+"""
+
+from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
+from corrgrpo_envs.registry import make, register, registered_ids
+from corrgrpo_envs.tasks import DatasetRegistry, Task, TaskSource
+
+__all__ = [
+    "MultiRewardEnv",
+    "StepOutcome",
+    "Task",
+    "TaskSource",
+    "DatasetRegistry",
+    "make",
+    "register",
+    "registered_ids",
+]
+
+# Entry points are strings so that a domain's dependencies load only when it is made.
+register(
+    "corrgrpo/ScaleDominance-v0",
+    "corrgrpo_envs.toy.env:ScaleDominanceEnv",
+    description="toy: rewards of very different scales and correlations, learnable in minutes",
+)
+register(
+    "corrgrpo/Code-v0",
+    "corrgrpo_envs.code.env:CodeEnv",
+    description="code generation judged in a sandbox (HumanEval, LeetCodeDataset, JSONL)",
+)
+register(
+    "corrgrpo/ToolCall-v0",
+    "corrgrpo_envs.toolcall.env:ToolCallEnv",
+    description="tool calling (RLLA-4K, API-Bank, BFCL, built-in generator)",
+)
+register(
+    "corrgrpo/AgentDojo-v0",
+    "corrgrpo_envs.agentdojo.env:AgentDojoEnv",
+    description="AgentDojo: utility versus security under prompt injection (extra: agentdojo)",
+)

@@ -1,0 +1,58 @@
+"""The ``corrgrpo`` console command.
+
+Each sub-command lives in its own module, imported only when it runs, so that
+``corrgrpo envs list`` does not pay for torch and ``corrgrpo advantages`` does
+not pay for AgentDojo. A module provides ``add_arguments(parser)`` and
+``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: sub-command name -> (module path, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "advantages": ("trainer.commands.advantages", "advantage estimators: demo and inspection"),
+    "envs": ("corrgrpo_envs.commands", "list registered environments"),
+    "train": ("trainer.commands.train", "train a policy from a YAML config"),
+    "eval": ("trainer.commands.evaluate", "evaluate a policy on a domain's metrics"),
+    "plot": ("trainer.commands.plot", "plot one or more training runs"),
+    "code": ("corrgrpo_envs.code.commands", "code domain utilities (reference runtimes)"),
+}
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
+    """Build the top-level parser; sub-command modules are imported lazily."""
+    parser = argparse.ArgumentParser(
+        prog="corrgrpo",
+        description="Multi-reward RL for language-model agents (CorrGRPO).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules: dict[str, object] = {}
+    argv = sys.argv[1:]
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module_path, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == wanted:
+            module = importlib.import_module(module_path)
+            module.add_arguments(p)  # type: ignore[attr-defined]
+            modules[name] = module
+    return parser, modules
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``corrgrpo`` command."""
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    parser, modules = build_parser()
+    args = parser.parse_args(sys.argv[1:])
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return int(modules[args.command].run(args) or 0)  # type: ignore[attr-defined]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
