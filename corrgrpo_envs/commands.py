@@ -1,0 +1,107 @@
+"""``corrgrpo envs list``: every registered env with its rewards and task counts.
+
+An env that cannot be built here (an optional extra is missing, its data is
+absent) is listed with the reason and an install hint instead of failing the
+whole listing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import corrgrpo_envs
+from corrgrpo_envs.registry import description
+
+__all__ = ["add_arguments", "run", "describe_env", "install_hint"]
+
+#: top-level module -> the corrgrpo extra that installs it
+EXTRAS = {"agentdojo": "agentdojo", "docker": "docker", "openai": "openai", "vllm": "vllm", "gguf": "smollm2"}
+
+
+def install_hint(exc: ImportError) -> str:
+    """How to get the module an ``ImportError`` is about."""
+    missing = (exc.name or "").split(".")[0]
+    if missing in EXTRAS:
+        return f"pip install 'corrgrpo[{EXTRAS[missing]}]'"
+    if missing == "corrgrpo_envs":
+        return f"{exc.name} is not in this installation; upgrade corrgrpo"
+    return f"pip install {missing}" if missing else str(exc)
+
+
+def describe_env(env_id: str) -> dict[str, Any]:
+    """One row of the listing: ``id, description, rewards, tasks`` or ``id, error, hint``."""
+    row: dict[str, Any] = {"id": env_id, "description": description(env_id)}
+    try:
+        try:
+            env = corrgrpo_envs.make(env_id, split="all")
+        except TypeError:  # a user env without the split= keyword
+            env = corrgrpo_envs.make(env_id)
+    except ImportError as exc:
+        row.update(error=f"missing dependency: {exc.name or exc}", hint=install_hint(exc))
+        return row
+    except Exception as exc:  # a listing must survive a broken or data-less env
+        row.update(error=f"{type(exc).__name__}: {exc}", hint="")
+        return row
+    try:
+        u = env.unwrapped
+        row["rewards"] = u.reward_table()
+        tasks = getattr(u, "tasks", None)
+        if tasks is not None and hasattr(tasks, "split"):
+            row["tasks"] = {s: len(tasks.split(s)) for s in ("all", "train", "eval")}
+        else:
+            row["tasks"] = {"all": len(u.task_ids)}
+    finally:
+        env.close()
+    return row
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="envs_command", metavar="ACTION")
+    p = sub.add_parser("list", help="list registered environments")
+    p.add_argument("ids", nargs="*", help="only these ids (default: every registered id)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "envs_command", None) != "list":
+        print("usage: corrgrpo envs list [IDS...] [--json]")
+        return 2
+    ids = list(args.ids) or corrgrpo_envs.registered_ids()
+    unknown = [i for i in ids if i not in corrgrpo_envs.registered_ids()]
+    if unknown:
+        print(f"unknown env ids: {unknown}; registered: {corrgrpo_envs.registered_ids()}")
+        return 2
+    rows = [describe_env(i) for i in ids]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="corrgrpo environments", show_lines=True)
+    table.add_column("id", no_wrap=True)
+    for col in ("rewards", "range", "weight", "tasks all/train/eval"):
+        table.add_column(col)
+    for row in rows:
+        if "error" in row:
+            note = row["error"] + (f"\n{row['hint']}" if row["hint"] else "")
+            table.add_row(row["id"], f"[yellow]unavailable[/yellow]\n{note}", "", "", "")
+            continue
+        rewards = row["rewards"]
+        tasks = row["tasks"]
+        counts = "/".join(str(tasks[s]) for s in ("all", "train", "eval") if s in tasks)
+        table.add_row(
+            row["id"],
+            "\n".join(r["name"] for r in rewards),
+            "\n".join(f"[{_fmt(r['low'])}, {_fmt(r['high'])}]" for r in rewards),
+            "\n".join(_fmt(r["weight"]) for r in rewards),
+            counts,
+        )
+    Console().print(table)
+    return 0
