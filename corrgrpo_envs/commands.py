@@ -84,9 +84,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="corrgrpo environments", show_lines=True)
+    table = Table(
+        title="corrgrpo environments", caption="tasks: all / train / eval", show_lines=True
+    )
     table.add_column("id", no_wrap=True)
-    for col in ("rewards", "range", "weight", "tasks all/train/eval"):
+    for col in ("rewards", "range", "weight", "tasks"):
         table.add_column(col)
     for row in rows:
         if "error" in row:
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         rewards = row["rewards"]
         tasks = row["tasks"]
-        counts = "/".join(str(tasks[s]) for s in ("all", "train", "eval") if s in tasks)
+        counts = " / ".join(str(tasks[s]) for s in ("all", "train", "eval") if s in tasks)
         table.add_row(
             row["id"],
             "\n".join(r["name"] for r in rewards),
