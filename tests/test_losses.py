@@ -1,0 +1,419 @@
+"""Tests of trainer/losses.py: policy-gradient values, clipping, aggregation, masking, KL and
+micro-batching, with hand-computed numbers."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainer import losses
+from trainer.losses import (
+    LossConfig,
+    LossOutput,
+    available_losses,
+    default_config,
+    get_loss,
+    k3_kl,
+    register_loss,
+)
+
+ALL = ["cispo", "dapo", "dr_grpo", "grpo", "gspo"]
+DT = torch.float64
+
+# Two sequences of unequal length: 3 tokens and 1 token (T = 3).
+MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]], dtype=DT)
+ADV = torch.tensor([1.0, -2.0], dtype=DT)
+
+
+def _t(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=DT)
+
+
+def _normaliser(name: str, mask: torch.Tensor, cfg: LossConfig) -> torch.Tensor:
+    """Per-token divisor n_it such that d loss / d logp_it = -A_i m_it / n_it at rho = 1."""
+    batch, length = mask.shape
+    lengths = mask.sum(-1, keepdim=True).clamp(min=1.0)
+    if name in ("grpo", "gspo"):
+        return (lengths * batch).expand_as(mask)
+    if name in ("dapo", "cispo"):
+        return mask.sum().expand_as(mask)
+    assert name == "dr_grpo"
+    return torch.full_like(mask, float((cfg.max_completion_length or length) * batch))
+
+
+def _run(name, logp, old_logp, adv, mask, cfg=None, **kw) -> tuple[LossOutput, torch.Tensor]:
+    logp = logp.clone().requires_grad_(True)
+    out = get_loss(name)(logp, old_logp, adv, mask, cfg or default_config(name), **kw)
+    out.loss.backward()
+    return out, logp.grad
+
+
+def _single(name, log_ratio, adv, cfg=None):
+    """One token of one sequence (every normaliser is 1): returns loss, grad, clip_fraction."""
+    logp = _t([[log_ratio]])
+    out, grad = _run(name, logp, torch.zeros_like(logp), _t([adv]), _t([[1.0]]), cfg)
+    return out.loss.item(), grad.item(), out.metrics["clip_fraction"]
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def test_registry_lists_all_losses_and_rejects_unknown():
+    assert available_losses() == ALL
+    with pytest.raises(ValueError, match="available: cispo, dapo, dr_grpo, grpo, gspo"):
+        get_loss("ppo")
+    with pytest.raises(ValueError, match="already registered"):
+        register_loss("grpo")(lambda *a, **k: None)
+
+
+def test_default_configs_follow_the_papers():
+    assert (default_config("grpo").clip_low, default_config("grpo").clip_high) == (0.2, 0.2)
+    assert (default_config("dapo").clip_low, default_config("dapo").clip_high) == (0.2, 0.28)
+    gspo = default_config("gspo")
+    assert (gspo.gspo_clip_low, gspo.gspo_clip_high) == (3e-4, 4e-4)
+    assert default_config("cispo").cispo_clip_low is None
+    assert all(default_config(n).kl_beta == 0.0 and default_config(n).dual_clip is None for n in ALL)
+    changed = default_config("dapo")
+    changed.clip_high = 0.5  # a copy: the registered default is untouched
+    assert default_config("dapo").clip_high == 0.28
+    with pytest.raises(ValueError, match="unknown loss"):
+        default_config("nope")
+
+
+def test_user_can_register_a_loss(monkeypatch):
+    monkeypatch.setattr(losses, "_LOSSES", dict(losses._LOSSES))
+    monkeypatch.setattr(losses, "_DEFAULTS", dict(losses._DEFAULTS))
+
+    @register_loss("reinforce", defaults=LossConfig(kl_beta=0.1))
+    def reinforce(logp, old_logp, advantages, mask, cfg, **_):
+        return LossOutput(-(advantages[:, None] * logp * mask).sum() / mask.sum())
+
+    assert "reinforce" in available_losses() and default_config("reinforce").kl_beta == 0.1
+    assert get_loss("reinforce")(_t([[2.0]]), _t([[0.0]]), _t([1.0]), _t([[1.0]]), None).loss == -2
+
+
+# ----------------------------------------------------------------------------- rho = 1
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_on_policy_gradient_is_the_policy_gradient(name):
+    logp = _t([[-0.5, -1.0, -2.0], [-0.3, -7.0, -9.0]])
+    cfg = LossConfig(max_completion_length=4)
+    _, grad = _run(name, logp, logp.clone(), ADV, MASK, cfg)
+    expected = -ADV[:, None] * MASK / _normaliser(name, MASK, cfg)
+    torch.testing.assert_close(grad, expected, rtol=0, atol=1e-15)
+
+
+def test_on_policy_gradients_hand_computed():
+    logp = _t([[-0.5, -1.0, -2.0], [-0.3, -7.0, -9.0]])
+    cfg = LossConfig(max_completion_length=4)
+    # grpo/gspo: seq 0 -> -1 / (3 tokens * 2 seqs); seq 1 -> +2 / (1 * 2)
+    seq_mean = _t([[-1 / 6, -1 / 6, -1 / 6], [1.0, 0.0, 0.0]])
+    token_mean = _t([[-0.25, -0.25, -0.25], [0.5, 0.0, 0.0]])  # / 4 tokens
+    constant = _t([[-1 / 8, -1 / 8, -1 / 8], [0.25, 0.0, 0.0]])  # / (L=4 * 2 seqs)
+    for name, expected in [
+        ("grpo", seq_mean),
+        ("gspo", seq_mean),
+        ("dapo", token_mean),
+        ("cispo", token_mean),
+        ("dr_grpo", constant),
+    ]:
+        out, grad = _run(name, logp, logp.clone(), ADV, MASK, cfg)
+        torch.testing.assert_close(grad, expected, rtol=0, atol=1e-15)
+        assert out.metrics["clip_fraction"] == 0.0
+        assert out.metrics["ratio_mean"] == out.metrics["ratio_max"] == 1.0
+    # values at rho = 1: grpo -(1 + (-2)) / 2; dapo -(3 * 1 + 1 * (-2)) / 4
+    assert _run("grpo", logp, logp.clone(), ADV, MASK)[0].loss.item() == pytest.approx(0.5)
+    assert _run("dapo", logp, logp.clone(), ADV, MASK)[0].loss.item() == pytest.approx(-0.25)
+    # cispo's value is -sum(w A logp) / tokens: -(1 * -3.5 + -2 * -0.3) / 4
+    assert _run("cispo", logp, logp.clone(), ADV, MASK)[0].loss.item() == pytest.approx(0.725)
+
+
+# ----------------------------------------------------------------------------- clipping
+
+
+@pytest.mark.parametrize(
+    ("rho", "adv", "loss", "grad", "clipped"),
+    [
+        (1.5, 1.0, -1.2, 0.0, 1.0),  # A > 0, above 1 + e: clipped, no gradient
+        (0.5, 1.0, -0.5, -0.5, 0.0),  # A > 0, below 1 - e: unclipped (pessimistic min)
+        (0.5, -1.0, 0.8, 0.0, 1.0),  # A < 0, below 1 - e: clipped, no gradient
+        (1.5, -1.0, 1.5, 1.5, 0.0),  # A < 0, above 1 + e: unclipped
+        (1.1, 2.0, -2.2, -2.2, 0.0),  # inside the range
+    ],
+)
+@pytest.mark.parametrize("name", ["grpo", "dapo", "dr_grpo"])
+def test_ppo_clip_values(name, rho, adv, loss, grad, clipped):
+    cfg = LossConfig(clip_low=0.2, clip_high=0.2)
+    got = _single(name, math.log(rho), adv, cfg)
+    assert got == pytest.approx((loss, grad, clipped))
+
+
+def test_dapo_clip_higher_keeps_gradient_that_grpo_clips():
+    rho = math.log(1.25)
+    assert _single("grpo", rho, 1.0) == pytest.approx((-1.2, 0.0, 1.0))
+    assert _single("dapo", rho, 1.0) == pytest.approx((-1.25, -1.25, 0.0))
+    assert _single("dapo", math.log(1.3), 1.0) == pytest.approx((-1.28, 0.0, 1.0))
+
+
+@pytest.mark.parametrize(
+    ("rho", "adv", "cispo_clip_low", "weight", "clipped"),
+    [
+        (1.5, 1.0, None, 1.2, 1.0),  # weight capped at 1 + 0.2, gradient kept
+        (1.5, -1.0, None, 1.2, 1.0),
+        (0.5, -1.0, None, 0.5, 0.0),  # no lower bound by default
+        (0.5, -1.0, 0.2, 0.8, 1.0),  # with a lower bound of 1 - 0.2
+        (1.1, 3.0, None, 1.1, 0.0),
+    ],
+)
+def test_cispo_clips_the_weight_and_keeps_the_gradient(rho, adv, cispo_clip_low, weight, clipped):
+    cfg = LossConfig(clip_high=0.2, cispo_clip_low=cispo_clip_low)
+    loss, grad, clip_fraction = _single("cispo", math.log(rho), adv, cfg)
+    assert loss == pytest.approx(-weight * adv * math.log(rho))
+    assert grad == pytest.approx(-weight * adv)
+    assert clip_fraction == clipped
+
+
+def test_dual_clip_caps_the_loss_for_negative_advantages():
+    cfg = LossConfig(dual_clip=3.0)
+    # A < 0 and rho = 5: plain PPO loss -A rho = 5 (gradient 5); dual clip caps it at -c A = 3
+    assert _single("grpo", math.log(5.0), -1.0) == pytest.approx((5.0, 5.0, 0.0))
+    assert _single("grpo", math.log(5.0), -1.0, cfg) == pytest.approx((3.0, 0.0, 1.0))
+    assert _single("grpo", math.log(5.0), -2.0, cfg) == pytest.approx((6.0, 0.0, 1.0))
+    # below the cap, and A > 0, and the ordinary lower clip: unchanged
+    assert _single("grpo", math.log(2.0), -1.0, cfg) == pytest.approx((2.0, 2.0, 0.0))
+    assert _single("grpo", math.log(5.0), 1.0, cfg) == pytest.approx((-1.2, 0.0, 1.0))
+    assert _single("grpo", math.log(0.5), -1.0, cfg) == pytest.approx((0.8, 0.0, 1.0))
+    assert _single("dapo", math.log(4.0), -0.5, cfg) == pytest.approx((1.5, 0.0, 1.0))
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+
+def test_token_level_and_sequence_level_aggregation_differ_on_unequal_lengths():
+    mask = _t([[1, 1, 1, 1], [1, 0, 0, 0]])
+    adv = _t([1.0, 2.0])
+    logp = torch.zeros(2, 4, dtype=DT)
+    # each token's loss is -A_i at rho = 1
+    grpo = _run("grpo", logp, logp, adv, mask)[0].loss.item()
+    dapo = _run("dapo", logp, logp, adv, mask)[0].loss.item()
+    assert grpo == pytest.approx((-1.0 + -2.0) / 2)  # mean of sequence means
+    assert dapo == pytest.approx((-4 * 1.0 - 2.0) / 5)  # mean over the 5 tokens
+    assert _run("dr_grpo", logp, logp, adv, mask, LossConfig(max_completion_length=10))[
+        0
+    ].loss.item() == pytest.approx(-6.0 / (10 * 2))
+    # without max_completion_length the padded length T = 4 is the constant
+    assert _run("dr_grpo", logp, logp, adv, mask)[0].loss.item() == pytest.approx(-6.0 / 8)
+
+
+def test_dr_grpo_constant_does_not_depend_on_lengths():
+    cfg = LossConfig(max_completion_length=8)
+    adv = _t([1.0])
+    for length in (1, 3, 6):
+        mask = torch.zeros(1, 6, dtype=DT)
+        mask[0, :length] = 1
+        logp = torch.zeros(1, 6, dtype=DT)
+        _, grad = _run("dr_grpo", logp, logp, adv, mask, cfg)
+        torch.testing.assert_close(grad, -mask / 8)
+
+
+# ----------------------------------------------------------------------------- gspo
+
+
+def test_gspo_uses_the_sequence_ratio():
+    mask = _t([[1.0, 1.0]])
+    old = torch.zeros(1, 2, dtype=DT)
+    # token ratios exp(+-0.4) are far outside a token clip range, the sequence ratio is 1
+    out, grad = _run("gspo", _t([[0.4, -0.4]]), old, _t([1.0]), mask)
+    assert out.loss.item() == pytest.approx(-1.0)
+    torch.testing.assert_close(grad, _t([[-0.5, -0.5]]))
+    assert out.metrics["clip_fraction"] == 0.0 and out.metrics["ratio_mean"] == pytest.approx(1)
+    # inside the tiny range: s = exp(1e-4), loss -A s, gradient -A s / |y| per token
+    s = math.exp(1e-4)
+    out, grad = _run("gspo", _t([[2e-4, 0.0]]), old, _t([1.0]), mask)
+    assert out.loss.item() == pytest.approx(-s)
+    torch.testing.assert_close(grad, _t([[-s / 2, -s / 2]]))
+    assert out.metrics["ratio_max"] == pytest.approx(s)
+
+
+def test_gspo_clipping():
+    mask = _t([[1.0, 1.0]])
+    old = torch.zeros(1, 2, dtype=DT)
+    # A > 0, s = exp(0.1) > 1 + 4e-4: clipped
+    out, grad = _run("gspo", _t([[0.2, 0.0]]), old, _t([1.0]), mask)
+    assert out.loss.item() == pytest.approx(-(1 + 4e-4))
+    assert torch.all(grad == 0) and out.metrics["clip_fraction"] == 1.0
+    # A < 0, s = exp(-0.1) < 1 - 3e-4: clipped
+    out, grad = _run("gspo", _t([[-0.2, 0.0]]), old, _t([-1.0]), mask)
+    assert out.loss.item() == pytest.approx(1 - 3e-4)
+    assert torch.all(grad == 0)
+    # A < 0, s = exp(0.1) above the range: unclipped, loss -A s, gradient -A s / 2
+    s = math.exp(0.1)
+    out, grad = _run("gspo", _t([[0.2, 0.0]]), old, _t([-1.0]), mask)
+    assert out.loss.item() == pytest.approx(s)
+    torch.testing.assert_close(grad, _t([[s / 2, s / 2]]))
+
+
+def test_gspo_ignores_sequences_without_tokens():
+    logp = torch.zeros(2, 2, dtype=DT)
+    mask = _t([[1.0, 1.0], [0.0, 0.0]])
+    out, _ = _run("gspo", logp, logp, _t([1.0, 5.0]), mask)
+    assert out.loss.item() == pytest.approx(-1.0 / 2)
+
+
+# ----------------------------------------------------------------------------- KL
+
+
+def test_k3_values():
+    assert k3_kl(_t(0.0), _t(-1.0)).item() == pytest.approx(math.exp(-1.0))  # e^-1 + 1 - 1
+    assert k3_kl(_t(-1.0), _t(0.0)).item() == pytest.approx(math.e - 2)
+    assert k3_kl(_t(-0.7), _t(-0.7)).item() == 0.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(-15, 0), st.floats(-15, 0))
+def test_k3_is_nonnegative(logp, ref):
+    assert k3_kl(_t(logp), _t(ref)).item() >= 0.0
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_kl_is_aggregated_like_the_policy_term(name):
+    logp = _t([[-1.0, -2.0, -0.5], [-1.5, 3.0, 3.0]])
+    ref = _t([[-1.5, -1.0, -0.5], [-0.5, 9.0, 9.0]])
+    cfg = LossConfig(kl_beta=0.5, max_completion_length=5)
+    zero_adv = torch.zeros(2, dtype=DT)
+    out, grad = _run(name, logp, logp.clone(), zero_adv, MASK, cfg, ref_logp=ref)
+    k3 = k3_kl(logp, ref) * MASK
+    norm = _normaliser(name, MASK, cfg)
+    assert out.loss.item() == pytest.approx(0.5 * (k3 / norm).sum().item())
+    # d k3 / d logp = 1 - exp(ref - logp)
+    torch.testing.assert_close(grad, 0.5 * (1 - torch.exp(ref - logp)) * MASK / norm)
+    assert out.metrics["kl"] == pytest.approx((k3.sum() / 4).item())
+    # at ref == logp the penalty is 0, and without ref_logp there is no kl metric
+    out = _run(name, logp, logp.clone(), zero_adv, MASK, cfg, ref_logp=logp.clone())[0]
+    assert out.loss.item() == 0.0 and out.metrics["kl"] == 0.0
+    assert "kl" not in _run(name, logp, logp.clone(), zero_adv, MASK, cfg)[0].metrics
+
+
+# ----------------------------------------------------------------------------- masking
+
+
+def _random_batch(seed: int, batch: int, length: int):
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(batch, length, generator=g, dtype=DT) * 3
+    logp = old + torch.randn(batch, length, generator=g, dtype=DT) * 0.3
+    ref = old + torch.randn(batch, length, generator=g, dtype=DT) * 0.3
+    adv = torch.randn(batch, generator=g, dtype=DT)
+    mask = (torch.rand(batch, length, generator=g) < 0.7).to(DT)
+    mask[0, 0] = 1.0
+    return logp, old, ref, adv, mask
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.sampled_from(ALL),
+    st.integers(0, 10_000),
+    st.sampled_from([0.0, 1e6, -1e6, float("inf"), float("-inf"), float("nan")]),
+)
+def test_masked_positions_change_nothing(name, seed, garbage):
+    logp, old, ref, adv, mask = _random_batch(seed, 3, 5)
+    cfg = LossConfig(kl_beta=0.1, dual_clip=3.0)
+    out, grad = _run(name, logp, old, adv, mask, cfg, ref_logp=ref)
+    dirty = torch.where(mask.bool(), logp, _t(garbage))
+    dirty_old = torch.where(mask.bool(), old, _t(-garbage))
+    dirty_ref = torch.where(mask.bool(), ref, _t(garbage))
+    out2, grad2 = _run(name, dirty, dirty_old, adv, mask, cfg, ref_logp=dirty_ref)
+    torch.testing.assert_close(out2.loss, out.loss, rtol=0, atol=0)
+    torch.testing.assert_close(grad2, grad, rtol=0, atol=0)
+    assert torch.all(grad[~mask.bool()] == 0)
+    assert out2.metrics == out.metrics
+
+
+# ----------------------------------------------------------------------------- micro-batching
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(ALL),
+    st.integers(0, 10_000),
+    st.integers(2, 6),
+    st.integers(1, 7),
+    st.data(),
+)
+def test_micro_batches_reproduce_the_full_batch(name, seed, batch, length, data):
+    split = data.draw(st.integers(1, batch - 1))
+    logp, old, ref, adv, mask = _random_batch(seed, batch, length)
+    cfg = LossConfig(kl_beta=0.05, dual_clip=3.0, max_completion_length=length + 2)
+    full, full_grad = _run(name, logp, old, adv, mask, cfg, ref_logp=ref)
+
+    denominators = {"seq_denominator": batch, "token_denominator": mask.sum().item()}
+    total = torch.zeros((), dtype=DT)
+    grads = []
+    for rows in (slice(0, split), slice(split, batch)):
+        part, part_grad = _run(
+            name, logp[rows], old[rows], adv[rows], mask[rows], cfg, ref_logp=ref[rows],
+            **denominators,
+        )
+        total = total + part.loss.detach()
+        grads.append(part_grad)
+    torch.testing.assert_close(total, full.loss.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(torch.cat(grads), full_grad, rtol=1e-12, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_bad_shapes_raise(name):
+    fn, cfg = get_loss(name), default_config(name)
+    logp = torch.zeros(2, 3, dtype=DT)
+    adv = torch.zeros(2, dtype=DT)
+    with pytest.raises(ValueError, match="old_logp"):
+        fn(logp, torch.zeros(2, 4, dtype=DT), adv, MASK, cfg)
+    with pytest.raises(ValueError, match="mask"):
+        fn(logp, logp, adv, torch.ones(3, 3, dtype=DT), cfg)
+    with pytest.raises(ValueError, match="advantages"):
+        fn(logp, logp, torch.zeros(2, 1, dtype=DT), MASK, cfg)
+    with pytest.raises(ValueError, match="ref_logp"):
+        fn(logp, logp, adv, MASK, cfg, ref_logp=torch.zeros(2, dtype=DT))
+    with pytest.raises(ValueError, match=r"\[B, T\]"):
+        fn(torch.zeros(6, dtype=DT), torch.zeros(6, dtype=DT), adv, MASK, cfg)
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        fn(logp, logp, adv, MASK * 0.5, cfg)
+    with pytest.raises(ValueError, match="denominators"):
+        fn(logp, logp, adv, MASK, cfg, token_denominator=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"clip_low": -0.1},
+        {"clip_low": 1.5},
+        {"dual_clip": 1.0},
+        {"kl_beta": -1.0},
+        {"max_completion_length": 0},
+        {"cispo_clip_low": 2.0},
+    ],
+)
+def test_bad_config_raises(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        LossConfig(**kwargs)
+
+
+def test_bool_mask_is_accepted():
+    logp = torch.zeros(2, 3, dtype=DT)
+    a = get_loss("grpo")(logp, logp, ADV, MASK, LossConfig()).loss
+    b = get_loss("grpo")(logp, logp, ADV, MASK.bool(), LossConfig()).loss
+    assert a.item() == b.item() == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_half_precision_log_probs_are_computed_in_float32(name):
+    logp64, old, _, adv, mask = _random_batch(7, 3, 4)
+    out64, _ = _run(name, logp64, old, adv, mask)
+    out16, grad16 = _run(name, logp64.bfloat16(), old.bfloat16(), adv, mask)
+    assert out16.loss.dtype == torch.float32 and grad16.dtype == torch.bfloat16
+    # only the inputs' rounding to bfloat16 differs
+    torch.testing.assert_close(out16.loss.double(), out64.loss, rtol=0.05, atol=0.02)
