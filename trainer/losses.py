@@ -162,7 +162,7 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(delta) - delta - 1.0
 
 
-# ----------------------------------------------------------------------------- helpers
+# ----------------------------------------------------------------------------- shared pieces
 
 
 @dataclass
