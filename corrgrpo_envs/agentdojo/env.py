@@ -1,0 +1,351 @@
+"""``corrgrpo/AgentDojo-v0``: multi-turn tool use under prompt injection.
+
+Episode
+    The first observation holds AgentDojo's system message, the user task's
+    prompt and the suite's tool schemas (``obs["tools"]``, JSON schemas of the
+    tools' pydantic argument models). Each action is an assistant message; its
+    Hermes tool calls (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``,
+    several allowed) run in order through AgentDojo's runtime on the suite's
+    state, and the next observation appends the assistant message (its raw text)
+    and one ``{"role": "tool", "name", "tool_call_id", "content"}`` message per
+    call. Unknown tools and arguments that fail the tool's schema are answered
+    with AgentDojo's error text, as AgentDojo does. A message without tool calls
+    is the final answer: the episode terminates and is scored. When the
+    ``max_turns``-th message still calls tools, those calls run, the episode is
+    truncated and scored on the state at that point, with the message's text
+    outside the tool calls as the answer.
+
+Rewards (given at the last step; 0 before)
+    ``utility``: AgentDojo's check of the user task (1 passed, 0 failed).
+    ``security``: 1 - AgentDojo's check that the injection task succeeded. On
+    clean cases there is no attack; ``clean_security="zero"`` (the paper's
+    choice) scores 0 there, ``"one"`` scores 1.
+
+Malformed turns
+    Tool-call tags whose content does not parse end the episode with the
+    invalid reward (0, 0) and ``info["error"]`` (the paper's runs;
+    ``on_malformed="end"``), or, with ``on_malformed="error_message"``, are
+    answered with an error tool message the agent can recover from.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from corrgrpo_envs.agentdojo.attacks import DEFAULT_MODEL_NAME, case_injections
+from corrgrpo_envs.agentdojo.cases import (
+    DEFAULT_ATTACKS,
+    DEFAULT_BENCHMARK_VERSION,
+    Case,
+    benchmark_suites,
+    case_source,
+    enumerate_cases,
+    known_attacks,
+)
+from corrgrpo_envs.agentdojo.episode import AgentDojoEpisode, Scores, load_environment, tool_schemas
+from corrgrpo_envs.agentdojo.metrics import agentdojo_metrics
+from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
+from corrgrpo_envs.tasks import DatasetRegistry, Task, TaskSource
+from corrgrpo_envs.toolcalls import render_hermes
+
+__all__ = ["AgentDojoEnv", "DATASETS", "REWARD_NAMES"]
+
+REWARD_NAMES = ("utility", "security")
+CLEAN_SECURITY = {"zero": 0.0, "one": 1.0}
+ON_MALFORMED = ("end", "error_message")
+#: The final answer of a reference replay when the user task defines no expected output.
+DEFAULT_FINAL_ANSWER = "Done."
+
+DATASETS = DatasetRegistry("agentdojo")
+
+
+@DATASETS.builtin("agentdojo", "AgentDojo's suites: clean cases and user x injection x attack")
+def _builtin_cases(
+    benchmark_version: str = DEFAULT_BENCHMARK_VERSION,
+    suites: Sequence[str] | None = None,
+    attacks: Sequence[str] = DEFAULT_ATTACKS,
+    include_clean: bool = True,
+) -> TaskSource:
+    cases = enumerate_cases(benchmark_version, suites, attacks, include_clean)
+    return case_source(cases, benchmark_version)
+
+
+@DATASETS.file_format(
+    "case_list",
+    detect=lambda p: p.suffix == ".txt",
+    description="a text file of case ids, one per line ('#' starts a comment)",
+)
+def _case_list(
+    path: Path,
+    benchmark_version: str = DEFAULT_BENCHMARK_VERSION,
+    **_selection: Any,
+) -> TaskSource:
+    available = benchmark_suites(benchmark_version)
+    attacks = set(known_attacks())
+    cases = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            case = Case.from_id(text)
+        except ValueError as exc:
+            raise ValueError(f"{path}:{lineno}: {exc}") from None
+        suite = available.get(case.suite)
+        if suite is None or case.user_task_id not in suite.user_tasks:
+            raise ValueError(f"{path}:{lineno}: no user task {text!r} in AgentDojo {benchmark_version}")
+        if case.attacked and (
+            case.injection_task_id not in suite.injection_tasks or case.attack not in attacks
+        ):
+            raise ValueError(f"{path}:{lineno}: unknown injection task or attack in {text!r}")
+        cases.append(case)
+    return case_source(cases, benchmark_version, name=path.stem)
+
+
+class AgentDojoEnv(MultiRewardEnv):
+    """AgentDojo user tasks, clean and under prompt-injection attack.
+
+    Args:
+        dataset: ``"agentdojo"`` (the suites of ``benchmark_version``), a ``.txt``
+            file of case ids, or a ready :class:`TaskSource` of cases.
+        format: ``"case_list"`` to force the file format.
+        split: ``"train"``, ``"eval"`` or ``"all"`` (split by user task; see ``cases``).
+        benchmark_version: AgentDojo benchmark version (default ``"v1.2.2"``).
+        suites: suite names to include (default: all of the version's).
+        attacks: attack names from AgentDojo's registry (default the paper's two);
+            empty for clean cases only.
+        include_clean: include the clean case of each user task.
+        max_turns: assistant messages per episode before truncation.
+        clean_security: security reward on clean cases, ``"zero"`` (paper) or ``"one"``.
+        on_malformed: ``"end"`` (invalid reward) or ``"error_message"``.
+        model_name: the victim's name written into attack texts (see ``attacks``).
+        system_message: overrides AgentDojo's default system message.
+        reward_weights: weights of (utility, security); default (1, 1).
+    """
+
+    def __init__(
+        self,
+        dataset: str | Path | TaskSource = "agentdojo",
+        format: str | None = None,
+        split: str = "all",
+        benchmark_version: str = DEFAULT_BENCHMARK_VERSION,
+        suites: Sequence[str] | None = None,
+        attacks: Sequence[str] | None = DEFAULT_ATTACKS,
+        include_clean: bool = True,
+        max_turns: int = 8,
+        clean_security: str = "zero",
+        on_malformed: str = "end",
+        model_name: str = DEFAULT_MODEL_NAME,
+        system_message: str | None = None,
+        reward_weights: Sequence[float] | None = (1.0, 1.0),
+        max_action_chars: int = MAX_ACTION_CHARS,
+        render_mode: str | None = None,
+    ):
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
+        if clean_security not in CLEAN_SECURITY:
+            raise ValueError(f"clean_security must be one of {list(CLEAN_SECURITY)}, got {clean_security!r}")
+        if on_malformed not in ON_MALFORMED:
+            raise ValueError(f"on_malformed must be one of {list(ON_MALFORMED)}, got {on_malformed!r}")
+        if not isinstance(model_name, str) or not model_name.strip():
+            raise ValueError(f"model_name must be a non-empty str, got {model_name!r}")
+        if system_message is not None and not isinstance(system_message, str):
+            raise ValueError("system_message must be a str or None")
+        tasks = DATASETS.load(
+            dataset,
+            format=format,
+            split=split,
+            benchmark_version=benchmark_version,
+            suites=suites,
+            attacks=tuple(attacks) if attacks is not None else (),
+            include_clean=include_clean,
+        )
+        super().__init__(
+            tasks=tasks,
+            reward_names=REWARD_NAMES,
+            reward_low=(0.0, 0.0),
+            reward_high=(1.0, 1.0),
+            reward_weights=reward_weights,
+            max_action_chars=max_action_chars,
+            render_mode=render_mode,
+        )
+        self.benchmark_version = benchmark_version
+        self.max_turns = max_turns
+        self.clean_security = clean_security
+        self.on_malformed = on_malformed
+        self.model_name = model_name
+        self._suites = benchmark_suites(benchmark_version)
+        if system_message is None:
+            from agentdojo.agent_pipeline.agent_pipeline import load_system_message
+
+            system_message = load_system_message(None)
+        self.system_message = system_message
+        self._episode: AgentDojoEpisode | None = None
+        self._turns = 0
+
+    # ----------------------------------------------------------------- cases
+    def case(self, task_id: str) -> Case:
+        """The :class:`Case` of a case id, checked against this benchmark version."""
+        case = Case.from_id(task_id)
+        suite = self._suites.get(case.suite)
+        if suite is None or case.user_task_id not in suite.user_tasks:
+            raise ValueError(f"no user task for case {task_id!r} in AgentDojo {self.benchmark_version}")
+        if case.attacked and case.injection_task_id not in suite.injection_tasks:
+            raise ValueError(f"no injection task for case {task_id!r}")
+        return case
+
+    def _new_episode(self, case: Case) -> AgentDojoEpisode:
+        suite = self._suites[case.suite]
+        injections = case_injections(suite, case, self.benchmark_version, self.model_name)
+        environment = load_environment(suite, self.benchmark_version, injections)
+        return AgentDojoEpisode(suite, case, environment)
+
+    # ----------------------------------------------------------------- hooks
+    def _observe_task(self, task: Task) -> dict:
+        case = self.case(task.id)
+        self._episode = self._new_episode(case)
+        self._turns = 0
+        return {
+            "messages": [
+                {"role": "system", "content": self.system_message},
+                {"role": "user", "content": self._episode.prompt},
+            ],
+            "tools": tool_schemas(self._suites[case.suite], self.benchmark_version),
+        }
+
+    def _act(self, action: str) -> StepOutcome:
+        from corrgrpo_envs.toolcalls import parse_hermes
+
+        episode = self._episode
+        assert episode is not None and self._obs is not None
+        self._turns += 1
+        parsed = parse_hermes(action)
+        messages = [*self._obs["messages"], {"role": "assistant", "content": action}]
+        tools = self._obs["tools"]
+
+        if parsed.errors and self.on_malformed == "end":
+            outcome = self._invalid_outcome("malformed tool call: " + "; ".join(parsed.errors))
+            outcome.observation = {"messages": messages, "tools": tools}
+            return outcome
+
+        if not parsed.tool_calls and not parsed.errors:
+            scores = episode.score(parsed.content)
+            return StepOutcome(
+                rewards=self._rewards(scores),
+                terminated=True,
+                observation={"messages": messages, "tools": tools},
+                info=self._end_info(scores, parsed.content),
+            )
+
+        calls_info = []
+        for i, call in enumerate(parsed.tool_calls):
+            call_id = f"call_{self._turns}_{i}"
+            result = episode.call(call.name, call.arguments, call_id)
+            messages.append(
+                {"role": "tool", "name": call.name, "tool_call_id": call_id, "content": result.content}
+            )
+            calls_info.append({"name": call.name, "error": result.error})
+        for j, error in enumerate(parsed.errors, len(parsed.tool_calls)):
+            call_id = f"call_{self._turns}_{j}"
+            messages.append(
+                {
+                    "role": "tool",
+                    "name": "invalid_tool_call",
+                    "tool_call_id": call_id,
+                    "content": f"Error: {error}. Write each call as <tool_call>"
+                    '{"name": <tool name>, "arguments": {...}}</tool_call>.',
+                }
+            )
+            calls_info.append({"name": None, "error": error})
+        observation = {"messages": messages, "tools": tools}
+        if self._turns >= self.max_turns:
+            scores = episode.score(parsed.content)
+            info = self._end_info(scores, parsed.content)
+            info["tool_calls"] = calls_info
+            return StepOutcome(
+                rewards=self._rewards(scores),
+                terminated=False,
+                truncated=True,
+                observation=observation,
+                info=info,
+            )
+        return StepOutcome(
+            rewards={name: 0.0 for name in self.reward_names},
+            terminated=False,
+            observation=observation,
+            info={"tool_calls": calls_info, "turn": self._turns},
+        )
+
+    def _invalid_outcome(self, error: str) -> StepOutcome:
+        outcome = super()._invalid_outcome(error)
+        if self._episode is not None and not self._done:
+            # The reward is the invalid one, but metrics still need AgentDojo's
+            # verdict on whether the attack had succeeded by then.
+            scores = self._episode.score("")
+            outcome.info.update(self._end_info(scores, ""))
+            outcome.info["error"] = error
+        return outcome
+
+    # --------------------------------------------------------------- scoring
+    def _rewards(self, scores: Scores) -> dict[str, float]:
+        if scores.attack_success is None:
+            security = CLEAN_SECURITY[self.clean_security]
+        else:
+            security = 0.0 if scores.attack_success else 1.0
+        return {"utility": 1.0 if scores.utility else 0.0, "security": security}
+
+    def _end_info(self, scores: Scores, final_answer: str) -> dict[str, Any]:
+        assert self._episode is not None
+        case = self._episode.case
+        info: dict[str, Any] = {
+            "suite": case.suite,
+            "attacked": case.attacked,
+            "utility_check": scores.utility,
+            "attack_success": scores.attack_success,
+            "turns": self._turns,
+            "final_answer": final_answer,
+        }
+        if scores.check_error:
+            info["check_error"] = scores.check_error
+        return info
+
+    # ------------------------------------------------------------- references
+    def _replay_messages(self, calls: list[Any], final_answer: str) -> list[str]:
+        rendered = [{"name": c.function, "arguments": dict(c.args)} for c in calls]
+        if self.max_turns == 1:
+            # One message only: the calls run and truncation scores its text.
+            return [render_hermes(rendered, content=final_answer)]
+        # One call per message when the turn budget allows, else evenly packed.
+        per_message = max(1, math.ceil(len(rendered) / (self.max_turns - 1)))
+        messages = [
+            render_hermes(rendered[i : i + per_message])
+            for i in range(0, len(rendered), per_message)
+        ]
+        return [*messages, final_answer]
+
+    def reference_action(self, task_id: str) -> list[str]:
+        """Assistant messages replaying the user task's ground-truth calls, then
+        its ground-truth output as the final answer (``"Done."`` when it has none).
+        """
+        episode = self._new_episode(self.case(task_id))
+        calls = episode.user_task.ground_truth(episode.environment)
+        answer = episode.user_task.GROUND_TRUTH_OUTPUT or DEFAULT_FINAL_ANSWER
+        return self._replay_messages(calls, answer)
+
+    def injection_reference_action(self, task_id: str) -> list[str]:
+        """Assistant messages replaying the injection task's ground truth on an
+        attacked case: what a fully hijacked agent does.
+        """
+        case = self.case(task_id)
+        if not case.attacked:
+            raise ValueError(f"case {task_id!r} is clean: it has no injection task")
+        episode = self._new_episode(case)
+        assert episode.injection_task is not None
+        calls = episode.injection_task.ground_truth(episode.environment)
+        answer = episode.injection_task.GROUND_TRUTH_OUTPUT or DEFAULT_FINAL_ANSWER
+        return self._replay_messages(calls, answer)
+
+    metrics = staticmethod(agentdojo_metrics)
