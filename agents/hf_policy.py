@@ -1,0 +1,155 @@
+"""A policy over a transformers causal LM and its ``generate``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from agents.policy import Action, SamplingParams
+from agents.token_policy import TokenPolicy
+
+__all__ = ["HFPolicy", "finish_completion"]
+
+
+def finish_completion(
+    tokenizer: Any, ids: Sequence[int], eos_ids: set[int], stop: Sequence[str]
+) -> tuple[list[int], str, str]:
+    """Cut raw generated ids at the first EOS or stop string.
+
+    Returns ``(completion_ids, text, finish_reason)``. The EOS token is kept in
+    the ids; a stop string ends the ids at the token that completes it and is
+    left out of the text.
+    """
+    ids = [int(i) for i in ids]
+    end = next((k for k, t in enumerate(ids) if t in eos_ids), None)
+    body = ids if end is None else ids[:end]
+    text = tokenizer.decode(body, skip_special_tokens=True)
+    if stop and any(s in text for s in stop):
+        # the shortest prefix whose text contains a stop string (containment only grows with k)
+        lo, hi = 1, len(body)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if any(s in tokenizer.decode(body[:mid], skip_special_tokens=True) for s in stop):
+                hi = mid
+            else:
+                lo = mid + 1
+        cut_text = tokenizer.decode(body[:lo], skip_special_tokens=True)
+        at = min(cut_text.find(s) for s in stop if s in cut_text)
+        return body[:lo], cut_text[:at], "stop"
+    if end is not None:
+        return body + [ids[end]], text, "stop"
+    return body, text, "length"
+
+
+class HFPolicy(TokenPolicy):
+    """Samples with ``model.generate`` (left-padded batches) and reports exact tokens and logprobs.
+
+    Args:
+        model: a transformers causal LM. It is used in place, never copied, so a
+            trainer can optimize the same object between calls.
+        tokenizer: its tokenizer, with a chat template.
+        device: where inputs go (default: the model's device).
+        batch_size: most conversations per ``generate`` call (default: all at once).
+
+    Logprobs are the log-softmax of the model's raw logits (temperature 1, no
+    top-p), computed in float32 from ``generate``'s ``output_logits``.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        device: str | torch.device | None = None,
+        batch_size: int | None = None,
+    ):
+        super().__init__(tokenizer)
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self._model = model
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.batch_size = batch_size
+        eos: set[int] = set()
+        for source in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+            if isinstance(source, int):
+                eos.add(source)
+            elif source:
+                eos.update(int(t) for t in source)
+        if not eos:
+            raise ValueError("neither the tokenizer nor the model defines an EOS token")
+        self.eos_ids = eos
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else min(eos)
+
+    @property
+    def model(self) -> Any:
+        return self._model
+
+    def generate(self, prompts: Sequence[list[int]], sampling: SamplingParams) -> list[Action]:
+        size = self.batch_size or max(1, len(prompts))
+        seed_ctx = torch.random.fork_rng(devices=[]) if sampling.seed is not None else contextlib.nullcontext()
+        actions: list[Action] = []
+        with seed_ctx:
+            if sampling.seed is not None:
+                torch.manual_seed(sampling.seed)
+            for start in range(0, len(prompts), size):
+                actions.extend(self._generate_batch(prompts[start : start + size], sampling))
+        return actions
+
+    @torch.no_grad()
+    def _generate_batch(self, prompts: Sequence[list[int]], sampling: SamplingParams) -> list[Action]:
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("cannot generate from an empty prompt")
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, p in enumerate(prompts):
+            input_ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attention[row, width - len(p) :] = 1
+        greedy = sampling.temperature == 0.0
+        options: dict[str, Any] = dict(
+            max_new_tokens=int(sampling.max_new_tokens),
+            do_sample=not greedy,
+            top_k=0,
+            top_p=1.0 if greedy else float(sampling.top_p),
+            temperature=1.0 if greedy else float(sampling.temperature),
+            repetition_penalty=1.0,
+            eos_token_id=sorted(self.eos_ids),
+            pad_token_id=self.pad_id,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        if sampling.stop:
+            options.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
+        was_training = self._model.training
+        self._model.eval()
+        try:
+            out = self._model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention.to(self.device),
+                **options,
+            )
+        finally:
+            self._model.train(was_training)
+        generated = out.sequences[:, width:].cpu()
+        # raw logits, before temperature/top-p: the logprob of each sampled token at temperature 1
+        logits = torch.stack(out.logits, dim=1).float()
+        token_logprobs = torch.log_softmax(logits, dim=-1).gather(-1, generated.to(logits.device).unsqueeze(-1))
+        token_logprobs = token_logprobs.squeeze(-1).cpu()
+        actions = []
+        for row, prompt in enumerate(prompts):
+            ids, text, reason = finish_completion(
+                self.tokenizer, generated[row].tolist(), self.eos_ids, sampling.stop
+            )
+            actions.append(
+                Action(
+                    text=text,
+                    prompt_ids=list(prompt),
+                    completion_ids=ids,
+                    logprobs=token_logprobs[row, : len(ids)].tolist(),
+                    finish_reason=reason,  # type: ignore[arg-type]
+                )
+            )
+        return actions
