@@ -1,0 +1,65 @@
+"""``corrgrpo eval CONFIG [--checkpoint DIR]``: a domain's metrics, written as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="YAML config of the run (env and model sections are used)")
+    parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. env.dataset=humaneval")
+    parser.add_argument("--checkpoint", default=None, help="checkpoint folder (default: the config's model)")
+    parser.add_argument("--split", default="eval", choices=["train", "eval", "all"])
+    parser.add_argument("--limit", type=int, default=None, help="evaluate the first N tasks only")
+    parser.add_argument("--sample", action="store_true", help="sample at the config's temperature instead of greedy")
+    parser.add_argument(
+        "--policy", default="model", choices=["model", "reference", "random"],
+        help="'reference' plays the tasks' reference answers (checks the harness)",
+    )
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--out", default=None, help="JSON output path (default: <checkpoint or runs>/eval-<split>.json)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainer.config import ConfigError, load_config
+    from trainer.evaluate import evaluate
+
+    console = Console(stderr=True)
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except (ConfigError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    result = evaluate(
+        cfg, checkpoint=args.checkpoint, split=args.split, limit=args.limit,
+        greedy=not args.sample, policy_kind=args.policy, batch_size=args.batch_size,
+    )
+    base = Path(args.checkpoint) if args.checkpoint else Path("runs") / f"{cfg.name}-eval"
+    out = Path(args.out) if args.out else base / f"eval-{args.split}-{args.policy}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2, default=str)
+    table = Table(title=f"{result['env']} ({result['split']}, {result['tasks']} tasks, {args.policy})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in _flatten(result["metrics"]).items():
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    Console().print(table)
+    console.print(f"written to {out}")
+    return 0
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "/"))
+        else:
+            out[key] = v
+    return out

@@ -1,0 +1,59 @@
+"""``corrgrpo train CONFIG [section.key=value ...]``: train a policy."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="YAML config (a path, or a file name in env_configs/)")
+    parser.add_argument(
+        "overrides", nargs="*", help="dotted overrides, e.g. algorithm.estimator=grpo train.seed=3"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainer.config import ConfigError, load_config
+
+    console = Console(stderr=True)
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except (ConfigError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    from trainer.trainer import Trainer
+
+    trainer = Trainer(cfg)
+    if trainer.accelerator.is_main_process:
+        console.print(
+            f"[bold]corrgrpo[/bold] {cfg.env['id']} | model {cfg.model.name_or_path} | "
+            f"estimator {cfg.algorithm.estimator} | loss {cfg.algorithm.loss} | "
+            f"{cfg.algorithm.prompts_per_step} x {cfg.algorithm.group_size} rollouts/step | "
+            f"{trainer.world} process(es) -> {trainer.output_dir}"
+        )
+    out = trainer.train()
+    if trainer.accelerator.is_main_process:
+        _summary(console, out)
+    return 0
+
+
+def _summary(console: Console, run_dir) -> None:
+    from rich.table import Table
+
+    from trainer.run_logger import read_metrics
+
+    records = read_metrics(run_dir)
+    if not records:
+        return
+    first, last = records[0], records[-1]
+    table = Table(title=f"rewards: step {first['step']} -> step {last['step']}")
+    table.add_column("component")
+    table.add_column("first", justify="right")
+    table.add_column("last", justify="right")
+    for key in last:
+        if key.startswith("reward/") and key.endswith("/mean"):
+            table.add_row(key[7:-5], f"{first.get(key, float('nan')):.3f}", f"{last[key]:.3f}")
+    console.print(table)
+    console.print(f"metrics: {run_dir}/metrics.jsonl   plot: corrgrpo plot {run_dir}")

@@ -1,0 +1,71 @@
+"""Per-token log-probabilities of trajectories under a causal LM."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["PackedBatch", "pack_episodes", "token_logprobs"]
+
+
+class PackedBatch:
+    """Right-padded tensors of a list of trajectories.
+
+    ``input_ids``/``attention_mask``: ``[B, L]``; ``loss_mask``, ``old_logprobs``:
+    ``[B, L-1]`` aligned with the *predicted* token (position t predicts t+1).
+    """
+
+    def __init__(self, input_ids, attention_mask, loss_mask, sampler_logprobs):
+        self.input_ids: torch.Tensor = input_ids
+        self.attention_mask: torch.Tensor = attention_mask
+        self.loss_mask: torch.Tensor = loss_mask
+        self.sampler_logprobs: torch.Tensor = sampler_logprobs
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def index(self, idx: torch.Tensor | slice) -> PackedBatch:
+        ids = self.input_ids[idx]
+        # trim the shared right padding so small micro-batches stay small
+        length = int(self.attention_mask[idx].sum(1).max().item())
+        return PackedBatch(
+            ids[:, :length],
+            self.attention_mask[idx][:, :length],
+            self.loss_mask[idx][:, : length - 1],
+            self.sampler_logprobs[idx][:, : length - 1],
+        )
+
+
+def pack_episodes(episodes: Sequence, pad_id: int, device: torch.device) -> PackedBatch:
+    """Pack ``agents.Episode`` trajectories (``token_ids``, ``loss_mask``, ``logprobs``)."""
+    lengths = [len(e.token_ids) for e in episodes]
+    L = max(max(lengths), 2)
+    B = len(episodes)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, L), dtype=torch.long)
+    mask = torch.zeros((B, L), dtype=torch.float32)
+    lp = torch.zeros((B, L), dtype=torch.float32)
+    for i, e in enumerate(episodes):
+        n = lengths[i]
+        ids[i, :n] = torch.as_tensor(e.token_ids, dtype=torch.long)
+        attn[i, :n] = 1
+        mask[i, :n] = torch.as_tensor(e.loss_mask, dtype=torch.float32)
+        lp[i, :n] = torch.as_tensor(e.logprobs, dtype=torch.float32)
+    # the token at position t+1 is predicted at position t
+    return PackedBatch(ids.to(device), attn.to(device), mask[:, 1:].to(device), lp[:, 1:].to(device))
+
+
+def token_logprobs(
+    model: torch.nn.Module, batch: PackedBatch, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probabilities ``[B, L-1]`` of each next token, and optionally the entropy."""
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    logits = out.logits[:, :-1].float()
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy

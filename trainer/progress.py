@@ -1,0 +1,44 @@
+"""A rich progress bar showing the key numbers of each training step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+__all__ = ["TrainProgress"]
+
+
+class TrainProgress:
+    """Context manager; ``update(step, record)`` advances the bar and shows rewards."""
+
+    def __init__(self, total: int, enabled: bool = True, start: int = 0):
+        self.enabled = enabled
+        self._progress = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}"),
+            console=Console(stderr=True),
+            disable=not enabled,
+        )
+        self._task = self._progress.add_task("train", total=total, completed=start, info="")
+
+    def __enter__(self) -> TrainProgress:
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._progress.__exit__(*exc)
+
+    def update(self, step: int, record: dict[str, Any]) -> None:
+        parts = [f"R={record.get('reward/weighted/mean', float('nan')):.3f}"]
+        for key, value in record.items():
+            if key.startswith("reward/") and key.endswith("/mean") and "weighted" not in key:
+                parts.append(f"{key[7:-5]}={value:.2f}")
+        if "c_q/median" in record:
+            parts.append(f"c_q={record['c_q/median']:.2f}")
+        parts.append(f"{record.get('time/step', 0.0):.2f}s/step")
+        self._progress.update(self._task, completed=step, info=" ".join(parts))

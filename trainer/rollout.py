@@ -1,0 +1,145 @@
+"""Collecting grouped episodes: P tasks x G rollouts through a policy.
+
+Multi-turn episodes run turn by turn until every member has finished or
+``max_turns`` is reached; members finish at different turns and keep their
+token-exact trajectories (``agents.Episode``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from agents import Episode, Policy, SamplingParams
+from corrgrpo_envs.vector import GroupedVectorEnv
+
+__all__ = ["RolloutBatch", "collect_groups", "overlong_penalty"]
+
+
+@dataclass
+class RolloutBatch:
+    """The rollouts of some groups.
+
+    ``rewards``: float32 ``[n, K]`` episode reward vectors; ``group_ids``:
+    int64 ``[n]`` (global group index); ``episodes``: token trajectories.
+    """
+
+    episodes: list[Episode]
+    rewards: np.ndarray
+    group_ids: np.ndarray
+    task_ids: list[str]
+    infos: list[dict]
+    texts: list[str]
+    generate_seconds: float = 0.0
+    reward_seconds: float = 0.0
+    turns: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    @staticmethod
+    def concat(batches: Sequence[RolloutBatch]) -> RolloutBatch:
+        return RolloutBatch(
+            episodes=[e for b in batches for e in b.episodes],
+            rewards=np.concatenate([b.rewards for b in batches]),
+            group_ids=np.concatenate([b.group_ids for b in batches]),
+            task_ids=[t for b in batches for t in b.task_ids],
+            infos=[i for b in batches for i in b.infos],
+            texts=[t for b in batches for t in b.texts],
+            generate_seconds=sum(b.generate_seconds for b in batches),
+            reward_seconds=sum(b.reward_seconds for b in batches),
+            turns=[t for b in batches for t in b.turns],
+        )
+
+    def select_groups(self, keep: np.ndarray) -> RolloutBatch:
+        """The members of the groups whose ids are in ``keep``."""
+        mask = np.isin(self.group_ids, keep)
+        idx = np.flatnonzero(mask)
+        return RolloutBatch(
+            episodes=[self.episodes[i] for i in idx],
+            rewards=self.rewards[idx],
+            group_ids=self.group_ids[idx],
+            task_ids=[self.task_ids[i] for i in idx],
+            infos=[self.infos[i] for i in idx],
+            texts=[self.texts[i] for i in idx],
+            generate_seconds=self.generate_seconds,
+            reward_seconds=self.reward_seconds,
+            turns=[self.turns[i] for i in idx],
+        )
+
+
+def overlong_penalty(lengths: np.ndarray, max_length: int, buffer: int) -> np.ndarray:
+    """DAPO's overlong shaping: 0 up to ``max_length - buffer``, linear to -1 at ``max_length``.
+
+    ``lengths``: ``[n]`` completion lengths in tokens; returns float32 ``[n]``.
+    """
+    start = max_length - buffer
+    over = (start - lengths.astype(np.float64)) / max(buffer, 1)
+    out = np.where(lengths <= start, 0.0, np.where(lengths <= max_length, over, -1.0))
+    return out.astype(np.float32)
+
+
+def collect_groups(
+    venv: GroupedVectorEnv,
+    policy: Policy,
+    task_ids: Sequence[str],
+    first_group_id: int,
+    sampling: SamplingParams,
+    max_turns: int,
+    groups_per_generate: int | None = None,
+    seed_for: Callable[[int], int] | None = None,
+) -> RolloutBatch:
+    """Run ``len(task_ids)`` groups of ``venv.group_size`` rollouts to the end.
+
+    ``venv`` must have ``num_groups == len(task_ids)``. Generation runs in chunks
+    of ``groups_per_generate`` groups; before each chunk the torch RNG is seeded
+    with ``seed_for(first global group id of the chunk)`` so that sampling does
+    not depend on how groups are spread over processes.
+    """
+    G = venv.group_size
+    n = len(task_ids) * G
+    obs, _ = venv.reset(task_ids=list(task_ids))
+    episodes = [Episode(task_id=task_ids[i // G]) for i in range(n)]
+    texts = [""] * n
+    infos: list[dict] = [{} for _ in range(n)]
+    turns = [0] * n
+    gen_s = rew_s = 0.0
+    chunk = (groups_per_generate or len(task_ids)) * G
+    for _turn in range(max_turns):
+        active = np.flatnonzero(venv.active)
+        if active.size == 0:
+            break
+        actions: list[str | None] = [None] * n
+        t0 = time.perf_counter()
+        for start in range(0, n, chunk):
+            idx = [i for i in active if start <= i < start + chunk]
+            if not idx:
+                continue
+            if seed_for is not None:
+                torch.manual_seed(seed_for(first_group_id + start // G))
+            acts = policy.act([obs[i] for i in idx], sampling, [episodes[i] for i in idx])
+            for i, a in zip(idx, acts):
+                actions[i] = a.text
+                texts[i] = a.text
+                turns[i] += 1
+        t1 = time.perf_counter()
+        obs, _, _, _, step_infos = venv.step(actions)
+        rew_s += time.perf_counter() - t1
+        gen_s += t1 - t0
+        for i in active:
+            infos[i] = step_infos[i]
+    return RolloutBatch(
+        episodes=episodes,
+        rewards=np.asarray(venv.returns, dtype=np.float32).copy(),
+        group_ids=first_group_id + np.arange(n, dtype=np.int64) // G,
+        task_ids=[task_ids[i // G] for i in range(n)],
+        infos=infos,
+        texts=texts,
+        generate_seconds=gen_s,
+        reward_seconds=rew_s,
+        turns=turns,
+    )
