@@ -1,0 +1,73 @@
+"""Sandboxes for untrusted Python programs.
+
+One interface (:class:`Sandbox.run` -> :class:`RunResult`), three backends:
+
+* ``process``: a fresh ``python -I -S`` under ``unshare`` namespaces, a
+  read-only file system, private ``/tmp``, no capabilities, resource limits
+  and a wall timeout that kills the process group (degrades to limits only
+  where namespaces are unavailable);
+* ``bwrap``: the same interpreter inside bubblewrap, as an unprivileged user;
+* ``docker``: a warm pool of containers without network (needs an engine).
+
+``make_sandbox("auto")`` picks ``bwrap`` when it works here, else ``process``.
+:class:`SandboxPool` runs many programs in parallel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corrgrpo_envs.sandbox.base import Limits, RunResult, Sandbox, SandboxUnavailable
+from corrgrpo_envs.sandbox.pool import SandboxPool, default_workers
+
+__all__ = [
+    "BACKENDS",
+    "Limits",
+    "RunResult",
+    "Sandbox",
+    "SandboxPool",
+    "SandboxUnavailable",
+    "available_backends",
+    "default_workers",
+    "make_sandbox",
+]
+
+BACKENDS = ("process", "bwrap", "docker")
+
+
+def make_sandbox(backend: str = "auto", limits: Limits | None = None, **kwargs: Any) -> Sandbox:
+    """A sandbox by name: ``auto``, ``process``, ``bwrap`` or ``docker``.
+
+    ``auto`` is ``bwrap`` when bubblewrap works on this machine, else ``process``.
+    Raises :class:`SandboxUnavailable` when the named backend cannot run here.
+    """
+    if backend == "auto":
+        from corrgrpo_envs.sandbox.bwrap import bwrap_available
+
+        backend = "bwrap" if bwrap_available(kwargs.get("python")) else "process"
+    if backend == "process":
+        from corrgrpo_envs.sandbox.process import ProcessSandbox
+
+        return ProcessSandbox(limits, **kwargs)
+    if backend == "bwrap":
+        from corrgrpo_envs.sandbox.bwrap import BwrapSandbox
+
+        return BwrapSandbox(limits, **kwargs)
+    if backend == "docker":
+        from corrgrpo_envs.sandbox.docker import DockerSandbox
+
+        return DockerSandbox(limits, **kwargs)
+    raise ValueError(f"unknown sandbox backend {backend!r}; choose auto or one of {BACKENDS}")
+
+
+def available_backends() -> dict[str, str]:
+    """Each backend -> ``""`` when it works here, else the reason it does not."""
+    from corrgrpo_envs.sandbox.bwrap import bwrap_available
+    from corrgrpo_envs.sandbox.docker import docker_available
+    from corrgrpo_envs.sandbox.process import ProcessSandbox
+
+    process = ProcessSandbox()
+    out = {"process": "" if process.isolation == "namespaces" else "limits only: unshare unavailable"}
+    out["bwrap"] = "" if bwrap_available() else "bubblewrap missing or cannot create namespaces"
+    out["docker"] = docker_available()[1]
+    return out

@@ -1,0 +1,306 @@
+"""The sandbox interface: run one untrusted Python program under limits.
+
+Every backend starts a fresh interpreter per program (``python -I -S``), feeds
+it the program through :data:`~corrgrpo_envs.sandbox.runner.RUNNER_SOURCE`, and
+returns a :class:`RunResult`. Backends differ in how they isolate that
+interpreter (namespaces, bubblewrap, containers); this module holds what they
+share: the limits, the result, and the host side of one run (feeding stdin,
+draining output with a size cap, the wall timeout that kills the whole process
+group).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from corrgrpo_envs.sandbox.runner import RUNNER_SOURCE
+
+__all__ = ["Limits", "RunResult", "Sandbox", "SandboxUnavailable", "MINIMAL_ENV"]
+
+#: The whole environment a sandboxed program sees (no variable of the parent leaks).
+MINIMAL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
+
+#: Where programs run inside sandboxes that give them a private /tmp.
+SANDBOX_CWD = "/tmp/work"
+
+
+class SandboxUnavailable(RuntimeError):
+    """The backend cannot run on this machine (missing tool, no permission, no engine)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one program.
+
+    Args:
+        timeout: wall-clock seconds before the whole process group is killed.
+        cpu_seconds: CPU-time limit (``RLIMIT_CPU``); default ``ceil(timeout) + 1``.
+        memory_mb: address-space limit (``RLIMIT_AS``).
+        file_size_mb: largest file the program may write (``RLIMIT_FSIZE``), and
+            the size of its private /tmp.
+        open_files: ``RLIMIT_NOFILE``.
+        processes: ``RLIMIT_NPROC`` (counted per user where the kernel honours it).
+        output_bytes: stdout and stderr are each captured up to this size; a
+            program that prints more is killed (status ``output_limit``).
+    """
+
+    timeout: float = 5.0
+    cpu_seconds: int | None = None
+    memory_mb: int = 1024
+    file_size_mb: int = 16
+    open_files: int = 64
+    processes: int = 64
+    output_bytes: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise ValueError(f"timeout must be > 0, got {self.timeout}")
+        for name in ("memory_mb", "file_size_mb", "open_files", "processes", "output_bytes"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+    def rlimits(self) -> dict[str, int]:
+        """The ``resource`` limits the runner applies, by name."""
+        cpu = self.cpu_seconds if self.cpu_seconds is not None else int(self.timeout) + 1
+        return {
+            "RLIMIT_CPU": int(cpu),
+            "RLIMIT_AS": int(self.memory_mb) << 20,
+            "RLIMIT_FSIZE": int(self.file_size_mb) << 20,
+            "RLIMIT_NOFILE": int(self.open_files),
+            "RLIMIT_NPROC": int(self.processes),
+            "RLIMIT_CORE": 0,
+        }
+
+
+@dataclass
+class RunResult:
+    """The outcome of one program.
+
+    ``status`` is one of: ``ok`` (ran to the end), ``assertion`` (stopped at a
+    failed ``assert``), ``error:<ExceptionName>``, ``memory`` (``MemoryError``),
+    ``syntax`` (did not compile), ``timeout``, ``output_limit``, ``killed`` (died
+    without reporting, e.g. by a signal or ``os._exit``) or ``sandbox_error``.
+    ``exec_seconds`` is the time spent inside the program itself (measured by
+    the runner, so interpreter start-up does not count); ``wall_seconds`` is
+    the host's view of the whole run.
+    """
+
+    status: str
+    stdout: str = ""
+    stderr: str = ""
+    exec_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    returncode: int | None = None
+    backend: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        """Every statement ran and no assertion failed."""
+        return self.status == "ok"
+
+    @property
+    def finished(self) -> bool:
+        """Ran to the end or stopped at a failed assertion (the ``runtime`` reward)."""
+        return self.status in ("ok", "assertion")
+
+
+class Sandbox(ABC):
+    """Runs untrusted Python programs, one fresh interpreter each.
+
+    Subclasses implement :meth:`run`. Instances are safe to share between
+    threads: every call starts its own process.
+    """
+
+    name: str = "abstract"
+
+    def __init__(self, limits: Limits | None = None, python: str | None = None,
+                 paths: list[str] | None = None):
+        self.limits = limits or Limits()
+        self.python = python or sys.executable
+        #: folders appended to ``sys.path`` in the sandbox (e.g. for ``sortedcontainers``).
+        self.paths = list(paths or [])
+
+    @abstractmethod
+    def run(self, program: str, limits: Limits | None = None) -> RunResult:
+        """Run ``program`` (Python source) and report how it ended."""
+
+    def close(self) -> None:
+        """Release what the backend holds (containers); a no-op for process backends."""
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(limits={self.limits})"
+
+    # ------------------------------------------------------------ helpers
+    def _header(self, token: str, limits: Limits, **extra: object) -> dict:
+        header = {"token": token, "rlimits": limits.rlimits(), "paths": self.paths}
+        header.update(extra)
+        return header
+
+    def _run_command(self, command: list[str], header: dict, program: str, limits: Limits,
+                     cwd: str = "/", status_pipe: bool = True) -> RunResult:
+        """Start ``command`` (which ends in the runner), feed it, drain it, classify it."""
+        token = header["token"]
+        status_r = status_w = None
+        pass_fds: tuple[int, ...] = ()
+        if status_pipe:
+            status_r, status_w = os.pipe()
+            header = {**header, "status_fd": status_w}
+            pass_fds = (status_w,)
+        payload = json.dumps(header).encode() + b"\n" + program.encode("utf-8", "replace")
+        start = time.perf_counter()
+        try:
+            proc = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=dict(MINIMAL_ENV), cwd=cwd, pass_fds=pass_fds, start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            for fd in (status_r, status_w):
+                if fd is not None:
+                    os.close(fd)
+            return RunResult("sandbox_error", stderr=str(exc), backend=self.name)
+        if status_w is not None:
+            os.close(status_w)
+        try:
+            outputs, status_text, over = _drain(proc, payload, status_r, limits, start)
+        finally:
+            if status_r is not None:
+                os.close(status_r)
+            _kill_group(proc)
+        wall = time.perf_counter() - start
+        stdout = outputs[0].decode("utf-8", "replace")
+        stderr = outputs[1].decode("utf-8", "replace")
+        if not status_pipe:
+            status_text, stderr = _split_status_from_stderr(stderr, token)
+        status, exec_seconds = _parse_status(status_text, token)
+        if over == "timeout":
+            status = "timeout"
+        elif over == "output":
+            status = "output_limit"
+        elif status is None:
+            status = "killed"
+            if proc.returncode is not None and proc.returncode < 0:
+                status = f"killed:{signal.Signals(-proc.returncode).name}"
+        return RunResult(status, stdout, stderr, exec_seconds, wall, proc.returncode, self.name)
+
+
+def new_token() -> str:
+    """A one-time token that tags the runner's status line."""
+    return secrets.token_hex(16)
+
+
+def _drain(proc: subprocess.Popen, payload: bytes, status_fd: int | None, limits: Limits,
+           start: float) -> tuple[list[bytes], str, str | None]:
+    """Feed stdin, collect stdout/stderr/status until exit, timeout or too much output."""
+    sel = selectors.DefaultSelector()
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    os.set_blocking(proc.stdin.fileno(), False)
+    sel.register(proc.stdin, selectors.EVENT_WRITE, "in")
+    sel.register(proc.stdout, selectors.EVENT_READ, 0)
+    sel.register(proc.stderr, selectors.EVENT_READ, 1)
+    if status_fd is not None:
+        sel.register(status_fd, selectors.EVENT_READ, 2)
+    chunks: list[list[bytes]] = [[], [], []]
+    sizes = [0, 0, 0]
+    sent = 0
+    deadline = start + limits.timeout
+    exited_at: float | None = None
+    over: str | None = None
+    try:
+        while sel.get_map():
+            now = time.perf_counter()
+            if now >= deadline:
+                over = "timeout"
+                break
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            # A child left behind may hold the pipes open: stop shortly after the main process.
+            if exited_at is not None and now - exited_at > 0.2:
+                break
+            wait = min(deadline - now, 0.05 if exited_at is not None else 0.25)
+            for key, _ in sel.select(timeout=wait):
+                if key.data == "in":
+                    try:
+                        sent += os.write(key.fd, payload[sent : sent + 65536])
+                    except (BrokenPipeError, BlockingIOError, OSError):
+                        sent = len(payload)
+                    if sent >= len(payload):
+                        sel.unregister(key.fileobj)
+                        proc.stdin.close()
+                    continue
+                data = os.read(key.fd, 65536)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                idx = key.data
+                if sizes[idx] < limits.output_bytes:
+                    chunks[idx].append(data[: limits.output_bytes - sizes[idx]])
+                sizes[idx] += len(data)
+                if idx < 2 and sizes[idx] > limits.output_bytes:
+                    over = "output"
+                    break
+            if over:
+                break
+    finally:
+        sel.close()
+        if proc.stdin and not proc.stdin.closed:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+    return [b"".join(c) for c in chunks[:2]], b"".join(chunks[2]).decode("ascii", "replace"), over
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the program's whole process group and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _parse_status(text: str, token: str) -> tuple[str | None, float]:
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == token:
+            try:
+                return parts[1], float(parts[2])
+            except ValueError:
+                return parts[1], 0.0
+    return None, 0.0
+
+
+def _split_status_from_stderr(stderr: str, token: str) -> tuple[str, str]:
+    idx = stderr.rfind("\n" + token + " ")
+    if idx < 0:
+        return "", stderr
+    return stderr[idx + 1 :], stderr[:idx]
+
+
+def runner_command(python: str) -> list[str]:
+    """``python -I -S -c RUNNER``: isolated mode, no site-packages, no user paths."""
+    return [python, "-I", "-S", "-c", RUNNER_SOURCE]

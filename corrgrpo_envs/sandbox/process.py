@@ -1,0 +1,139 @@
+"""The ``process`` backend: a fresh interpreter in its own namespaces.
+
+Each program runs as ``unshare --net --mount --pid --fork --kill-child python
+-I -S -c RUNNER`` in its own session. Inside, the runner makes every mount
+read-only, gives the program private, size-capped ``/tmp``, ``/var/tmp`` and
+``/dev/shm``, hides the user's home folder, mounts a ``/proc`` that shows only
+the sandbox's own processes, drops every capability and sets resource limits.
+The wall timeout kills the whole process group; the pid namespace takes any
+child the program left behind with it.
+
+Without ``root``, ``unshare --map-root-user`` gives the same namespaces where
+unprivileged user namespaces are enabled. Where ``unshare`` does not work at
+all, the backend degrades to resource limits, a private session, a minimal
+environment and a temporary working folder (``isolation == "rlimits"``); the
+``bwrap`` backend is then the one to use for untrusted code.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from corrgrpo_envs.sandbox.base import (
+    SANDBOX_CWD,
+    Limits,
+    RunResult,
+    Sandbox,
+    new_token,
+    runner_command,
+)
+
+__all__ = ["ProcessSandbox", "hidden_paths", "interpreter_roots"]
+
+
+def interpreter_roots(python: str) -> list[str]:
+    """Folders the sandboxed interpreter needs to see (its prefixes and executable)."""
+    roots = {sys.base_prefix, sys.prefix, sys.exec_prefix, str(Path(python).resolve().parent)}
+    return sorted(r for r in roots if r)
+
+
+def hidden_paths() -> list[str]:
+    """The user's home and ``/root``: hidden from programs (replaced by empty folders)."""
+    paths = {str(Path(os.path.expanduser("~")).resolve()), "/root"}
+    return sorted(p for p in paths if p not in ("/", "") and os.path.isdir(p))
+
+
+def keep_visible(hidden: list[str], python: str, extra: list[str]) -> list[str]:
+    """Folders under a hidden one that must stay readable (the interpreter, extra paths)."""
+    keep = []
+    for root in [*interpreter_roots(python), *extra]:
+        if any(root == h or root.startswith(h.rstrip("/") + "/") for h in hidden):
+            keep.append(root)
+    return sorted(set(keep))
+
+
+class ProcessSandbox(Sandbox):
+    """Fresh ``python -I`` per program under namespaces, limits and a wall timeout.
+
+    Args:
+        limits: default :class:`Limits` for :meth:`run`.
+        python: the interpreter (default: the current one).
+        paths: folders appended to the program's ``sys.path``.
+        isolation: ``"auto"`` (namespaces when ``unshare`` works, else
+            rlimits only), ``"namespaces"`` (fail if unavailable) or ``"rlimits"``.
+    """
+
+    name = "process"
+
+    def __init__(self, limits: Limits | None = None, python: str | None = None,
+                 paths: list[str] | None = None, isolation: str = "auto"):
+        super().__init__(limits, python, paths)
+        if isolation not in ("auto", "namespaces", "rlimits"):
+            raise ValueError(f"isolation must be auto, namespaces or rlimits, got {isolation!r}")
+        self._wanted = isolation
+        self._prefix: list[str] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def isolation(self) -> str:
+        """``"namespaces"`` or ``"rlimits"``: what this machine allows (probed once)."""
+        self._probe()
+        return "namespaces" if self._prefix else "rlimits"
+
+    def _probe(self) -> None:
+        with self._lock:
+            if self._prefix is not None:
+                return
+            self._prefix = []
+            if self._wanted == "rlimits":
+                return
+            unshare = shutil.which("unshare")
+            candidates = []
+            if unshare:
+                base = [unshare, "--net", "--mount", "--pid", "--fork", "--kill-child"]
+                candidates = [base] if os.geteuid() == 0 else []
+                candidates.append([*base[:1], "--map-root-user", *base[1:]])
+            for prefix in candidates:
+                self._prefix = prefix
+                probe = self._run_namespaced("print('ok')", Limits(timeout=10))
+                if probe.status == "ok" and probe.stdout.strip() == "ok":
+                    return
+            self._prefix = []
+            if self._wanted == "namespaces":
+                raise RuntimeError("the process backend needs unshare namespaces, unavailable here")
+
+    def run(self, program: str, limits: Limits | None = None) -> RunResult:
+        limits = limits or self.limits
+        self._probe()
+        if self._prefix:
+            return self._run_namespaced(program, limits)
+        return self._run_plain(program, limits)
+
+    def _run_namespaced(self, program: str, limits: Limits) -> RunResult:
+        hidden = hidden_paths()
+        header = self._header(
+            new_token(), limits, cwd=SANDBOX_CWD, isolate_fs=True, drop_caps=True,
+            tmpfs=["/tmp", "/var/tmp", "/dev/shm", *hidden],
+            tmpfs_bytes=int(limits.file_size_mb) << 20,
+            keep=keep_visible(hidden, self.python, self.paths),
+        )
+        result = self._run_command([*self._prefix, *runner_command(self.python)], header,
+                                   program, limits)
+        result.extra["isolation"] = "namespaces"
+        return result
+
+    def _run_plain(self, program: str, limits: Limits) -> RunResult:
+        workdir = tempfile.mkdtemp(prefix="corrgrpo-sandbox-")
+        try:
+            header = self._header(new_token(), limits, cwd=workdir)
+            result = self._run_command(runner_command(self.python), header, program, limits,
+                                       cwd=workdir)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        result.extra["isolation"] = "rlimits"
+        return result
