@@ -1,0 +1,174 @@
+"""The RLLA (ToolRL) answer format: ``<think>``, ``<tool_call>`` and ``<response>`` blocks.
+
+An answer looks like::
+
+    <think> reasoning </think>
+    <tool_call>
+    {"name": "get_weather", "parameters": {"city": "Paris"}}
+    {"name": "get_time", "parameters": {"timezone": "CET"}}
+    </tool_call>
+    <response> text for the user </response>
+
+The tool-call block holds one JSON object per line. Only the text after the
+first ``</think>`` is searched for tool calls and the response, so a reasoning
+block that mentions ``<tool_call>`` does not count as a call. Parsing never
+raises: problems go to :attr:`ParsedAnswer.errors`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ParsedAnswer",
+    "parse_answer",
+    "render_answer",
+    "has_expected_shape",
+    "THINK_OPEN",
+    "THINK_CLOSE",
+    "TOOL_OPEN",
+    "TOOL_CLOSE",
+    "RESPONSE_OPEN",
+    "RESPONSE_CLOSE",
+]
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
+RESPONSE_OPEN, RESPONSE_CLOSE = "<response>", "</response>"
+
+_TOOL_BLOCK = re.compile(re.escape(TOOL_OPEN) + r"(.*?)" + re.escape(TOOL_CLOSE), re.DOTALL)
+_RESPONSE_BLOCK = re.compile(
+    re.escape(RESPONSE_OPEN) + r"(.*?)" + re.escape(RESPONSE_CLOSE), re.DOTALL
+)
+_THINK_FIRST = re.compile(r"\A\s*" + re.escape(THINK_OPEN) + r"(.*?)" + re.escape(THINK_CLOSE), re.DOTALL)
+
+
+@dataclass
+class ParsedAnswer:
+    """An answer split into its blocks.
+
+    Attributes:
+        think: the text of the leading ``<think>`` block (``None`` if there is none).
+        tool_calls: the calls ``{"name", "parameters"}`` of every well-formed line
+            of every ``<tool_call>`` block after the reasoning.
+        num_tool_blocks: how many ``<tool_call>`` blocks were found.
+        response: the text of the first ``<response>`` block (``None`` if none).
+        errors: why some tool-call text could not be read (a line that is not a
+            JSON object with a string ``name``, unbalanced tags).
+    """
+
+    think: str | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    num_tool_blocks: int = 0
+    response: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def calls_readable(self) -> bool:
+        """At least one ``<tool_call>`` block, and every line of every block is a call."""
+        return self.num_tool_blocks > 0 and not self.errors
+
+
+def _call_from_line(line: str) -> dict[str, Any] | str:
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, RecursionError):
+        return f"tool-call line is not JSON: {line[:60]!r}"
+    if not isinstance(obj, dict):
+        return "tool-call line is not a JSON object"
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return "tool call has no string 'name'"
+    # "arguments" is the Hermes spelling; accept it so such answers are scored, not dropped.
+    params = obj.get("parameters", obj.get("arguments", {}))
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        return f"parameters of {name!r} are not a JSON object"
+    return {"name": name, "parameters": params}
+
+
+def _after_think(text: str) -> tuple[str | None, str]:
+    match = _THINK_FIRST.match(text)
+    if match:
+        return match.group(1), text[match.end() :]
+    cut = text.find(THINK_CLOSE)
+    return None, (text if cut < 0 else text[cut + len(THINK_CLOSE) :])
+
+
+def parse_answer(text: Any) -> ParsedAnswer:
+    """Split an answer into think / tool calls / response; never raises."""
+    if not isinstance(text, str):
+        return ParsedAnswer(None, errors=[f"answer must be a str, got {type(text).__name__}"])
+    think, rest = _after_think(text)
+    parsed = ParsedAnswer(think=think)
+    for block in _TOOL_BLOCK.finditer(rest):
+        parsed.num_tool_blocks += 1
+        for line in block.group(1).splitlines():
+            if not line.strip():
+                continue
+            call = _call_from_line(line.strip())
+            if isinstance(call, str):
+                parsed.errors.append(call)
+            else:
+                parsed.tool_calls.append(call)
+    leftover = _TOOL_BLOCK.sub("", rest)
+    if TOOL_OPEN in leftover or TOOL_CLOSE in leftover:
+        parsed.errors.append("unbalanced <tool_call> tags")
+    response = _RESPONSE_BLOCK.search(leftover)
+    if response:
+        parsed.response = response.group(1).strip()
+    return parsed
+
+
+def has_expected_shape(text: str, expects_calls: bool, expects_response: bool) -> bool:
+    """The format rule: ``<think>`` first, then exactly the expected blocks, nothing else.
+
+    The tool-call block must have a newline right after ``<tool_call>`` and right
+    before ``</tool_call>``. Whitespace around the answer and between blocks is
+    allowed; tags inside the reasoning are its own business.
+    """
+    if not isinstance(text, str):
+        return False
+    match = _THINK_FIRST.match(text)
+    if not match:
+        return False
+    rest = text[match.end() :]
+    pattern = ""
+    if expects_calls:
+        pattern += r"\s*" + re.escape(TOOL_OPEN) + r"\n.*?\n" + re.escape(TOOL_CLOSE)
+    if expects_response:
+        pattern += r"\s*" + re.escape(RESPONSE_OPEN) + r".*?" + re.escape(RESPONSE_CLOSE)
+    if not re.fullmatch(pattern + r"\s*", rest, re.DOTALL):
+        return False
+    wanted = {
+        THINK_OPEN: 0,
+        THINK_CLOSE: 0,
+        TOOL_OPEN: int(expects_calls),
+        TOOL_CLOSE: int(expects_calls),
+        RESPONSE_OPEN: int(expects_response),
+        RESPONSE_CLOSE: int(expects_response),
+    }
+    return all(rest.count(tag) == n for tag, n in wanted.items())
+
+
+def render_answer(
+    calls: Sequence[Mapping[str, Any]] = (),
+    response: str | None = None,
+    think: str = "I should use the appropriate tools to answer the user.",
+) -> str:
+    """Write an answer in the RLLA format (calls as ``{"name", "parameters"}`` mappings)."""
+    parts = [f"{THINK_OPEN} {think} {THINK_CLOSE}"]
+    if calls:
+        lines = [
+            json.dumps({"name": c["name"], "parameters": dict(c.get("parameters", {}))}, ensure_ascii=False)
+            for c in calls
+        ]
+        parts.append(TOOL_OPEN + "\n" + "\n".join(lines) + "\n" + TOOL_CLOSE)
+    if response is not None:
+        parts.append(f"{RESPONSE_OPEN} {response} {RESPONSE_CLOSE}")
+    return "\n".join(parts)

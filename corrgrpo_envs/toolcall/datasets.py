@@ -1,0 +1,357 @@
+"""Task sources of the tool-calling domain.
+
+Every task's ``data`` holds ``dataset`` (its data set's name), ``messages``
+(system prompt + dialogue so far), ``tools`` (JSON schemas),
+``expected_calls`` (``[{"name", "parameters"}]``, BFCL calls also ``allowed``
+and ``optional``), ``expects_response`` and ``response`` (a reference reply).
+
+Built-in names: ``generated`` (the procedural generator, the default; options
+``num_tasks`` and ``seed``), and the shipped reference files ``rlla_test``,
+``rlla_sft``, ``api_bank`` (levels 1-3) and ``api_bank_l1`` .. ``api_bank_l3``,
+found under ``$CORRGRPO_DATA``, ``$CORRGRPO_SHARED/data`` or ``../shared/data``
+beside the project. File formats (detected, or named with ``format=``):
+``rlla_jsonl``, ``rlla_parquet``, ``rlla_sft``, ``api_bank``, ``bfcl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from corrgrpo_envs.tasks import DatasetRegistry, Task, TaskSource
+from corrgrpo_envs.toolcall.answer_format import parse_answer
+from corrgrpo_envs.toolcall.generator import generate_task
+from corrgrpo_envs.toolcall.prompts import system_prompt, tools_from_system_prompt
+
+__all__ = ["DATASETS", "shared_data_dir", "bfcl_expected_call", "canonical_value"]
+
+DATASETS = DatasetRegistry("toolcall")
+
+
+def shared_data_dir() -> Path | None:
+    """Where the shipped reference data sets are, if anywhere."""
+    if os.environ.get("CORRGRPO_DATA"):
+        return Path(os.environ["CORRGRPO_DATA"]).expanduser()
+    if os.environ.get("CORRGRPO_SHARED"):
+        return Path(os.environ["CORRGRPO_SHARED"]).expanduser() / "data"
+    candidate = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    return candidate if candidate.is_dir() else None
+
+
+def _shared_file(relative: str) -> Path:
+    root = shared_data_dir()
+    path = root / relative if root else None
+    if path is None or not path.exists():
+        raise ValueError(
+            f"reference file {relative!r} not found (set CORRGRPO_DATA to the folder holding "
+            "rlla_4k/ and api_bank/, or pass the file's path as dataset=)"
+        )
+    return path
+
+
+def _task(
+    task_id: str,
+    dataset: str,
+    messages: list[dict[str, Any]],
+    expected_calls: list[dict[str, Any]],
+    expects_response: bool,
+    response: str | None = None,
+    tools: list[dict[str, Any]] | None = None,
+    **extra: Any,
+) -> Task:
+    system = next((m["content"] for m in messages if m["role"] == "system"), "")
+    return Task(
+        task_id,
+        {
+            "dataset": dataset,
+            "messages": messages,
+            "tools": tools if tools is not None else tools_from_system_prompt(system),
+            "expected_calls": expected_calls,
+            "expects_response": expects_response,
+            "response": response,
+            **extra,
+        },
+    )
+
+
+def _from_answer_text(
+    task_id: str, dataset: str, messages: list[dict[str, Any]], answer: str, **extra: Any
+) -> Task:
+    """A task whose expectation is a ground-truth answer in the RLLA format."""
+    parsed = parse_answer(answer)
+    if parsed.errors:
+        raise ValueError(f"{task_id}: ground-truth answer is not readable: {parsed.errors[0]}")
+    return _task(
+        task_id,
+        dataset,
+        messages,
+        parsed.tool_calls,
+        parsed.response is not None,
+        parsed.response,
+        ground_truth=answer,
+        **extra,
+    )
+
+
+def _combine(sources: Iterable[TaskSource], name: str) -> TaskSource:
+    tasks = [t for s in sources for t in s]
+    return TaskSource(tasks, name=name)
+
+
+# --------------------------------------------------------------- generator
+@DATASETS.builtin("generated", "procedural tasks from a seed (options num_tasks, seed)")
+def load_generated(num_tasks: int = 1000, seed: int = 0) -> TaskSource:
+    if int(num_tasks) < 1:
+        raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
+    tasks = []
+    for i in range(int(num_tasks)):
+        data = generate_task(int(seed), i)
+        tasks.append(_task(f"generated/{i:05d}", "generated", **data))
+    return TaskSource(tasks, name="generated")
+
+
+# ---------------------------------------------------------------- RLLA-4K
+def _rlla_rows(rows: Iterable[Mapping[str, Any]], name: str, where: Path) -> TaskSource:
+    tasks = []
+    for i, row in enumerate(rows):
+        try:
+            messages = [{"role": m["role"], "content": m["content"]} for m in row["prompt"]]
+            answer = row["reward_model"]["ground_truth"]
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{where}: row {i} lacks prompt / reward_model.ground_truth ({exc})") from None
+        index = (row.get("extra_info") or {}).get("index", i)
+        tasks.append(_from_answer_text(f"{name}/{index}", name, messages, answer))
+    return TaskSource(tasks, name=name)
+
+
+def _first_line_keys(path: Path) -> set[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.loads(f.readline())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return set()
+    return set(obj) if isinstance(obj, dict) else set()
+
+
+@DATASETS.file_format(
+    "rlla_jsonl",
+    detect=lambda p: p.is_file() and p.suffix == ".jsonl" and {"prompt", "reward_model"} <= _first_line_keys(p),
+    description="RLLA-4K rows as JSON lines (prompt, reward_model.ground_truth)",
+)
+def load_rlla_jsonl(path: Path) -> TaskSource:
+    with open(path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return _rlla_rows(rows, f"rlla_{path.stem}", path)
+
+
+@DATASETS.file_format(
+    "rlla_parquet",
+    detect=lambda p: p.is_file() and p.suffix == ".parquet",
+    description="RLLA-4K rows in the original parquet (needs pyarrow)",
+)
+def load_rlla_parquet(path: Path) -> TaskSource:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ValueError("reading parquet needs pyarrow: pip install pyarrow") from None
+    return _rlla_rows(pq.read_table(path).to_pylist(), f"rlla_{path.stem}", path)
+
+
+def _json_records(path: Path) -> list[Any] | None:
+    if not path.is_file() or path.suffix != ".json":
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, list) else None
+
+
+def _records_have(path: Path, keys: set[str]) -> bool:
+    records = _json_records(path)
+    return bool(records) and isinstance(records[0], dict) and keys <= set(records[0])
+
+
+@DATASETS.file_format(
+    "rlla_sft",
+    detect=lambda p: _records_have(p, {"instruction", "input", "output"}),
+    description="RLLA SFT examples: a JSON list of {instruction, input, output}",
+)
+def load_rlla_sft(path: Path) -> TaskSource:
+    records = _json_records(path)
+    if records is None:
+        raise ValueError(f"{path}: expected a JSON list of {{instruction, input, output}}")
+    tasks = []
+    for i, rec in enumerate(records):
+        messages = [
+            {"role": "system", "content": rec["instruction"]},
+            {"role": "user", "content": rec["input"]},
+        ]
+        tasks.append(_from_answer_text(f"rlla_sft/{i}", "rlla_sft", messages, rec["output"]))
+    return TaskSource(tasks, name="rlla_sft")
+
+
+# ---------------------------------------------------------------- API-Bank
+def _api_bank_name(path: Path) -> str:
+    level = re.search(r"level-(\d+)", path.name)
+    return f"api_bank_l{level.group(1)}" if level else f"api_bank_{path.stem}"
+
+
+@DATASETS.file_format(
+    "api_bank",
+    detect=lambda p: _records_have(p, {"system", "user", "answer"}),
+    description="API-Bank processed: a JSON list of {system, user, answer=[{name, parameters}]}",
+)
+def load_api_bank(path: Path) -> TaskSource:
+    records = _json_records(path)
+    if records is None:
+        raise ValueError(f"{path}: expected a JSON list of {{system, user, answer}}")
+    name = _api_bank_name(path)
+    tasks = []
+    for i, rec in enumerate(records):
+        answer = rec["answer"]
+        calls = answer if isinstance(answer, list) else [answer]
+        expected = [{"name": c["name"], "parameters": dict(c.get("parameters") or {})} for c in calls]
+        messages = [
+            {"role": "system", "content": rec["system"]},
+            {"role": "user", "content": rec["user"]},
+        ]
+        tasks.append(_task(f"{name}/{i}", name, messages, expected, False))
+    return TaskSource(tasks, name=name)
+
+
+@DATASETS.builtin("rlla_test", "RLLA-4K test split (80 rows) from the shared reference data")
+def _rlla_test() -> TaskSource:
+    return load_rlla_jsonl(_shared_file("rlla_4k/test.jsonl"))
+
+
+@DATASETS.builtin("rlla_sft", "RLLA SFT examples (400) from the shared reference data")
+def _rlla_sft() -> TaskSource:
+    return load_rlla_sft(_shared_file("rlla_4k/rlla_sft.json"))
+
+
+def _api_bank_level(level: int) -> TaskSource:
+    return load_api_bank(_shared_file(f"api_bank/level-{level}-api_processed.json"))
+
+
+for _level in (1, 2, 3):
+    DATASETS.builtin(f"api_bank_l{_level}", f"API-Bank level {_level} (shared reference data)")(
+        lambda _level=_level: _api_bank_level(_level)
+    )
+
+
+@DATASETS.builtin("api_bank", "API-Bank levels 1-3 (shared reference data)")
+def _api_bank_all() -> TaskSource:
+    return _combine((_api_bank_level(lv) for lv in (1, 2, 3)), "api_bank")
+
+
+# -------------------------------------------------------------------- BFCL
+def canonical_value(allowed: list[Any]) -> Any:
+    """The first accepted value that is not the "may be omitted" marker ``""`` (nested specs resolved)."""
+    value = next(v for v in allowed if v != "")
+    if isinstance(value, dict) and value and all(isinstance(v, list) for v in value.values()):
+        return {k: canonical_value(opts) for k, opts in value.items() if opts and "" not in opts}
+    return value
+
+
+def bfcl_expected_call(name: str, allowed: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """An expected call from a BFCL ground-truth entry ``{name: {param: [accepted values]}}``.
+
+    Parameters whose accepted values include ``""`` may be left out (``optional``);
+    the others are expected, with their first accepted value as the reference.
+    An empty list of accepted values (a few BFCL rows) is read as "the empty
+    list, or left out".
+    """
+    allowed = {k: (list(v) if v else [[], ""]) for k, v in allowed.items()}
+    optional = [k for k, opts in allowed.items() if "" in opts]
+    params = {k: canonical_value(opts) for k, opts in allowed.items() if "" not in opts}
+    return {
+        "name": name,
+        "parameters": params,
+        "allowed": allowed,
+        "optional": optional,
+    }
+
+
+def _bfcl_schema(fn: Mapping[str, Any]) -> dict[str, Any]:
+    params = dict(fn.get("parameters") or {})
+    if params.get("type") == "dict":  # BFCL's spelling of a JSON-schema object
+        params["type"] = "object"
+    return {"name": fn["name"], "description": fn.get("description", ""), "parameters": params}
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _bfcl_category(path: Path) -> str:
+    return re.sub(r"^BFCL_v\d+_", "", path.stem)
+
+
+def _bfcl_file(path: Path) -> list[Task]:
+    """Tasks of one question file; questions without single-turn call answers are skipped."""
+    category = _bfcl_category(path)
+    answers_path = path.parent / "possible_answer" / path.name
+    if answers_path.exists():
+        answers = {r["id"]: r["ground_truth"] for r in _read_jsonl(answers_path)}
+    elif "irrelevance" in category:
+        answers = None  # no call is the right answer
+    else:
+        return []
+    tasks = []
+    for rec in _read_jsonl(path):
+        turns = rec.get("question") or []
+        if len(turns) != 1 or not isinstance(turns[0], list):
+            continue  # multi-turn categories are not single-answer tasks
+        if answers is None:
+            expected: list[dict[str, Any]] = []
+        else:
+            truth = answers.get(rec["id"])
+            if not isinstance(truth, list) or not all(isinstance(c, dict) and len(c) == 1 for c in truth):
+                continue
+            if not all(isinstance(args, dict) for c in truth for args in c.values()):
+                continue
+            expected = [bfcl_expected_call(n, args) for c in truth for n, args in c.items()]
+        tools = [_bfcl_schema(fn) for fn in rec.get("function") or []]
+        dialogue = [{"role": m["role"], "content": m["content"]} for m in turns[0]]
+        preamble = "\n".join(m["content"] for m in dialogue if m["role"] == "system")
+        messages = [{"role": "system", "content": system_prompt(tools, preamble)}]
+        messages += [m for m in dialogue if m["role"] != "system"]
+        tasks.append(
+            _task(
+                f"bfcl_{category}/{rec['id']}",
+                f"bfcl_{category}",
+                messages,
+                expected,
+                not expected,
+                "None of the available tools fits this request." if not expected else None,
+                tools=tools,
+            )
+        )
+    return tasks
+
+
+def _looks_like_bfcl(path: Path) -> bool:
+    if path.is_dir():
+        return (path / "possible_answer").is_dir()
+    return path.is_file() and (path.parent / "possible_answer" / path.name).exists()
+
+
+@DATASETS.file_format(
+    "bfcl",
+    detect=_looks_like_bfcl,
+    description="BFCL data folder (question JSON lines + possible_answer/ of the same name), or one question file",
+)
+def load_bfcl(path: Path, categories: list[str] | None = None) -> TaskSource:
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    if categories is not None:
+        files = [f for f in files if _bfcl_category(f) in set(categories)]
+    tasks = [t for f in files for t in _bfcl_file(f)]
+    if not tasks:
+        raise ValueError(f"{path}: no BFCL question file with single-turn answers found")
+    return TaskSource(tasks, name="bfcl")

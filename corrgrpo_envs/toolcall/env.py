@@ -1,0 +1,174 @@
+"""``corrgrpo/ToolCall-v0``: answer a dialogue with tool calls and/or a reply, scored four ways.
+
+Single-turn. The observation is the system prompt (tool list and answer
+format) and the dialogue so far, with the tools' JSON schemas in ``tools``.
+The action is an answer in the RLLA format (see
+:mod:`corrgrpo_envs.toolcall.answer_format`); the reward vector is
+``(function_name, parameter, values, format)`` in
+``[-0.5, 0.5] x [-1, 1] x [-1.5, 1.5] x {0, 1}`` (see
+:mod:`corrgrpo_envs.toolcall.rewards`). ``dataset=`` picks the tasks: the
+built-in generator (default), RLLA-4K, the RLLA SFT file, API-Bank, BFCL, or
+a list of these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
+from corrgrpo_envs.tasks import Task, TaskSource
+from corrgrpo_envs.toolcall.answer_format import render_answer
+from corrgrpo_envs.toolcall.datasets import DATASETS
+from corrgrpo_envs.toolcall.rewards import REWARD_HIGH, REWARD_LOW, REWARD_NAMES, score_answer
+
+__all__ = ["ToolCallEnv", "toolcall_metrics", "load_tasks"]
+
+_REFERENCE_THINK = "I should use the appropriate tools with the right parameters for the user's request."
+_REPLY_THINK = "I should reply to the user directly."
+
+
+def load_tasks(
+    dataset: str | Path | TaskSource | Sequence[str | Path] = "generated",
+    format: str | None = None,
+    split: str = "all",
+    num_tasks: int = 1000,
+    seed: int = 0,
+    dataset_options: dict[str, Any] | None = None,
+) -> TaskSource:
+    """Load one data set, or several (a list, concatenated; each keeps its own train/eval split).
+
+    ``num_tasks`` and ``seed`` go to the generator, ``dataset_options`` to the other loaders.
+    """
+    if isinstance(dataset, (list, tuple)):
+        if not dataset:
+            raise ValueError("dataset list is empty")
+        parts = [load_tasks(d, format, "all", num_tasks, seed, dataset_options) for d in dataset]
+        split_of = {t.id: part.split_of(t) for part in parts for t in part}
+        combined = TaskSource(
+            [t for part in parts for t in part],
+            name="+".join(part.name for part in parts),
+            split_of=lambda t: split_of[t.id],
+        )
+        return combined.split(split)
+    if isinstance(dataset, str) and dataset == "generated":
+        return DATASETS.load(dataset, split=split, num_tasks=num_tasks, seed=seed)
+    return DATASETS.load(dataset, format=format, split=split, **(dataset_options or {}))
+
+
+def _component_percent(value: float, index: int) -> float:
+    return 100.0 * (value - REWARD_LOW[index]) / (REWARD_HIGH[index] - REWARD_LOW[index])
+
+
+def _summarise(records: list[dict[str, Any]]) -> dict[str, float]:
+    with_calls = [r for r in records if r.get("info", {}).get("expects_calls", True)]
+    out: dict[str, float] = {"num_examples": float(len(records)), "num_with_calls": float(len(with_calls))}
+
+    def exact(r: dict[str, Any]) -> bool:
+        if "exact" in r.get("info", {}):
+            return bool(r["info"]["exact"])
+        comps = r["reward_components"]
+        return all(abs(float(comps[n]) - REWARD_HIGH[i]) < 1e-6 for i, n in enumerate(REWARD_NAMES[:3]))
+
+    if with_calls:
+        out["all_exact_accuracy"] = 100.0 * float(np.mean([exact(r) for r in with_calls]))
+    for i, name in enumerate(REWARD_NAMES):
+        # Correctness rewards are 0 by rule when no call is expected: average them over call examples only.
+        pool = records if name == "format" else with_calls
+        if pool:
+            out[name] = float(np.mean([_component_percent(float(r["reward_components"][name]), i) for r in pool]))
+    return out
+
+
+def toolcall_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Evaluation metrics, overall and per data set (keys ``"<dataset>/<metric>"``).
+
+    ``all_exact_accuracy``: percent of examples with expected calls whose three
+    correctness rewards are at their maxima. ``function_name``, ``parameter``,
+    ``values``: each reward mapped to [0, 100] and averaged over the examples with
+    expected calls; ``format``: the same over all examples. Records are
+    ``{"task_id", "reward_components", "info"}`` as the env's ``step`` returns them.
+    """
+    if not results:
+        return {}
+    out = _summarise(list(results))
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        name = r.get("info", {}).get("dataset") or str(r.get("task_id", "")).split("/", 1)[0]
+        groups.setdefault(name, []).append(r)
+    if len(groups) > 1 or next(iter(groups)) != "":
+        for name, recs in sorted(groups.items()):
+            out.update({f"{name}/{k}": v for k, v in _summarise(recs).items()})
+    return out
+
+
+class ToolCallEnv(MultiRewardEnv):
+    """Single-turn tool calling with the four RLLA rewards.
+
+    Args:
+        dataset: ``"generated"`` (default), ``"rlla_test"``, ``"rlla_sft"``,
+            ``"api_bank"``, ``"api_bank_l1"``..``"api_bank_l3"``, a path (RLLA
+            ``.jsonl``/``.parquet``, RLLA SFT ``.json``, API-Bank ``.json``, a BFCL
+            data folder or question file), a ``TaskSource``, or a list of these.
+        format: the file format when it cannot be detected (``rlla_jsonl``,
+            ``rlla_parquet``, ``rlla_sft``, ``api_bank``, ``bfcl``).
+        split: ``"train"``, ``"eval"`` or ``"all"``.
+        num_tasks, seed: size and seed of the generated data set.
+        dataset_options: extra loader options (e.g. ``{"categories": [...]}`` for BFCL).
+        reward_weights: weights of the four rewards (default all 1).
+    """
+
+    def __init__(
+        self,
+        dataset: str | Path | TaskSource | Sequence[str | Path] = "generated",
+        format: str | None = None,
+        split: str = "all",
+        num_tasks: int = 1000,
+        seed: int = 0,
+        dataset_options: dict[str, Any] | None = None,
+        reward_weights: Sequence[float] | None = None,
+        **kwargs: Any,
+    ):
+        tasks = load_tasks(dataset, format, split, num_tasks, seed, dataset_options)
+        super().__init__(
+            tasks=tasks,
+            reward_names=REWARD_NAMES,
+            reward_low=REWARD_LOW,
+            reward_high=REWARD_HIGH,
+            reward_weights=reward_weights,
+            **kwargs,
+        )
+
+    def _observe_task(self, task: Task) -> dict:
+        return {
+            "messages": [dict(m) for m in task["messages"]],
+            "tools": [dict(t) for t in task["tools"]],
+        }
+
+    def _act(self, action: str) -> StepOutcome:
+        assert self.task is not None
+        expected = self.task["expected_calls"]
+        score = score_answer(action, expected, self.task["expects_response"])
+        info: dict[str, Any] = {
+            "dataset": self.task["dataset"],
+            "expects_calls": bool(expected),
+            "exact": score.exact,
+            "num_predicted_calls": score.num_predicted_calls,
+        }
+        if score.error:
+            info["error"] = score.error
+        return StepOutcome(rewards=score.rewards, terminated=True, info=info)
+
+    def reference_action(self, task_id: str) -> str:
+        """The ground-truth answer (short ``<think>``, expected calls, expected reply); scores the maxima."""
+        task = self.tasks.get(task_id)
+        calls = task["expected_calls"]
+        response = None
+        if task["expects_response"]:
+            response = task.get("response") or "Here is my answer."
+        return render_answer(calls, response, think=_REFERENCE_THINK if calls else _REPLY_THINK)
+
+    metrics = staticmethod(toolcall_metrics)

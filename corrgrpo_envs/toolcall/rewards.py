@@ -1,0 +1,250 @@
+"""The four tool-calling rewards, as small pure functions.
+
+In reward-vector order (ranges in brackets):
+
+1. ``function_name`` [-0.5, 0.5]: ``n - 0.5`` with ``n`` the multiset Jaccard of
+   predicted versus expected tool names.
+2. ``parameter`` [-1, 1]: ``2 p / P_max - 1``. Each expected call, in order,
+   takes the best unused predicted call of the same name (best = key-Jaccard of
+   the parameter names + number of exactly equal values, and must be > 0);
+   ``p`` sums the key-Jaccard scores of those matches, ``P_max`` is the number of
+   expected calls.
+3. ``values`` [-1.5, 1.5]: ``3 v / V_max - 1.5``, ``v`` the exactly equal values
+   over those matches, ``V_max`` the number of expected parameters.
+4. ``format`` {0, 1}: the answer has exactly the expected shape.
+
+Rules: an exact match of the call list gives the maxima; unreadable calls
+(``predicted=None``: no tool-call block, or a line that is not a call) give the
+minima; with no expected call the three correctness rewards are 0; a vacuous
+maximum (``V_max = 0``) gives the maximum.
+
+An expected call is ``{"name", "parameters"}``; BFCL-style calls may add
+``"allowed"`` (each parameter's list of accepted values) and ``"optional"``
+(parameters that may be left out; they count as expected when given).
+Values are equal when they are the same JSON value; ``1`` equals ``1.0`` but
+``true`` is not ``1`` and ``"1"`` is not ``1``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from corrgrpo_envs.toolcall.answer_format import has_expected_shape, parse_answer
+
+__all__ = [
+    "REWARD_NAMES",
+    "REWARD_LOW",
+    "REWARD_HIGH",
+    "CallMatch",
+    "AnswerScore",
+    "multiset_jaccard",
+    "values_equal",
+    "allowed_value_matches",
+    "match_calls",
+    "calls_exactly_match",
+    "function_name_reward",
+    "parameter_reward",
+    "values_reward",
+    "format_reward",
+    "score_answer",
+]
+
+REWARD_NAMES = ("function_name", "parameter", "values", "format")
+REWARD_LOW = (-0.5, -1.0, -1.5, 0.0)
+REWARD_HIGH = (0.5, 1.0, 1.5, 1.0)
+
+Call = Mapping[str, Any]
+
+
+def multiset_jaccard(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
+    """|a ∩ b| / |a ∪ b| as multisets; 1 when both are empty, 0 when only one is."""
+    if not a and not b:
+        return 1.0
+    if not a or not b:
+        return 0.0
+    common = sum((Counter(a) & Counter(b)).values())
+    return common / (len(a) + len(b) - common)
+
+
+def values_equal(a: Any, b: Any) -> bool:
+    """Exact equality of two JSON values (numbers compare by value, booleans only with booleans)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _is_nested_spec(value: Any) -> bool:
+    # BFCL writes the accepted values of a dict-valued argument as a dict of lists.
+    return isinstance(value, dict) and bool(value) and all(isinstance(v, list) for v in value.values())
+
+
+def allowed_value_matches(allowed: Any, value: Any) -> bool:
+    """Whether ``value`` equals the accepted value ``allowed`` (a BFCL nested spec is matched key by key)."""
+    if values_equal(allowed, value):
+        return True
+    if _is_nested_spec(allowed) and isinstance(value, dict):
+        for key, options in allowed.items():
+            options = options or [[], ""]  # an empty list of accepted values: [] or left out
+            if key in value:
+                if not any(allowed_value_matches(o, value[key]) for o in options):
+                    return False
+            elif "" not in options:
+                return False
+        return all(key in allowed for key in value)
+    return False
+
+
+def _value_matches(expected: Call, key: str, value: Any) -> bool:
+    allowed = expected.get("allowed")
+    if allowed and key in allowed:
+        return any(allowed_value_matches(a, value) for a in allowed[key])
+    params = expected.get("parameters", {})
+    return key in params and values_equal(params[key], value)
+
+
+def _expected_keys(expected: Call, predicted_params: Mapping[str, Any]) -> list[str]:
+    keys = list(expected.get("parameters", {}))
+    keys += [k for k in expected.get("optional", ()) if k in predicted_params and k not in keys]
+    return keys
+
+
+@dataclass(frozen=True)
+class CallMatch:
+    """An expected call paired with a predicted one."""
+
+    expected_index: int
+    predicted_index: int
+    key_score: float  # key-Jaccard of the parameter names
+    equal_values: int  # expected parameters whose value the prediction gets exactly
+    num_expected_keys: int
+
+
+def match_calls(expected: Sequence[Call], predicted: Sequence[Call]) -> tuple[list[CallMatch], int]:
+    """Greedy matching in expected order; returns the matches and ``V_max``.
+
+    Ties go to the earliest predicted call. ``V_max`` counts, per expected call,
+    its parameters (plus the optional ones its match gives).
+    """
+    used: set[int] = set()
+    matches: list[CallMatch] = []
+    v_max = 0
+    for i, exp in enumerate(expected):
+        best: CallMatch | None = None
+        best_score = 0.0
+        for j, pred in enumerate(predicted):
+            if j in used or pred.get("name") != exp.get("name"):
+                continue
+            pred_params = pred.get("parameters") or {}
+            keys = _expected_keys(exp, pred_params)
+            key_score = multiset_jaccard(keys, list(pred_params))
+            equal = sum(1 for k in keys if k in pred_params and _value_matches(exp, k, pred_params[k]))
+            if key_score + equal > best_score:
+                best_score = key_score + equal
+                best = CallMatch(i, j, key_score, equal, len(keys))
+        if best is None:
+            v_max += len(exp.get("parameters", {}))
+        else:
+            used.add(best.predicted_index)
+            matches.append(best)
+            v_max += best.num_expected_keys
+    return matches, v_max
+
+
+def calls_exactly_match(expected: Sequence[Call], predicted: Sequence[Call]) -> bool:
+    """Same calls in the same order, with exactly the expected parameters and values."""
+    if len(expected) != len(predicted):
+        return False
+    for exp, pred in zip(expected, predicted):
+        params = pred.get("parameters") or {}
+        if exp.get("name") != pred.get("name"):
+            return False
+        if sorted(_expected_keys(exp, params)) != sorted(params):
+            return False
+        if not all(_value_matches(exp, k, v) for k, v in params.items()):
+            return False
+    return True
+
+
+def function_name_reward(expected: Sequence[Call], predicted: Sequence[Call] | None) -> float:
+    """``n - 0.5``, ``n`` the multiset Jaccard of tool names; in [-0.5, 0.5]."""
+    if not expected:
+        return 0.0
+    if predicted is None:
+        return -0.5
+    if calls_exactly_match(expected, predicted):
+        return 0.5
+    return multiset_jaccard([c["name"] for c in expected], [c.get("name") for c in predicted]) - 0.5
+
+
+def parameter_reward(expected: Sequence[Call], predicted: Sequence[Call] | None) -> float:
+    """``2 p / P_max - 1`` over the greedy matches; in [-1, 1]."""
+    if not expected:
+        return 0.0
+    if predicted is None:
+        return -1.0
+    if calls_exactly_match(expected, predicted):
+        return 1.0
+    matches, _ = match_calls(expected, predicted)
+    return 2.0 * sum(m.key_score for m in matches) / len(expected) - 1.0
+
+
+def values_reward(expected: Sequence[Call], predicted: Sequence[Call] | None) -> float:
+    """``3 v / V_max - 1.5`` over the greedy matches; in [-1.5, 1.5] (1.5 when ``V_max = 0``)."""
+    if not expected:
+        return 0.0
+    if predicted is None:
+        return -1.5
+    if calls_exactly_match(expected, predicted):
+        return 1.5
+    matches, v_max = match_calls(expected, predicted)
+    if v_max == 0:
+        return 1.5
+    return 3.0 * sum(m.equal_values for m in matches) / v_max - 1.5
+
+
+def format_reward(answer: str, expects_calls: bool, expects_response: bool) -> float:
+    """1.0 when the answer has exactly the expected block shape, else 0.0."""
+    return 1.0 if has_expected_shape(answer, expects_calls, expects_response) else 0.0
+
+
+@dataclass
+class AnswerScore:
+    """The four rewards of one answer, and what the environment reports about it."""
+
+    rewards: dict[str, float]
+    exact: bool  # calls were expected and the three correctness rewards are at their maxima
+    num_predicted_calls: int
+    error: str | None = None
+
+
+def score_answer(
+    answer: str, expected_calls: Sequence[Call], expects_response: bool
+) -> AnswerScore:
+    """Score an answer against the expected calls (``[]``: no call expected); never raises."""
+    parsed = parse_answer(answer)
+    error: str | None = None
+    predicted: list[dict[str, Any]] | None = parsed.tool_calls
+    if expected_calls and not parsed.calls_readable:
+        predicted = None
+        error = parsed.errors[0] if parsed.errors else "no <tool_call> block"
+    elif parsed.think is None and not parsed.num_tool_blocks and parsed.response is None:
+        error = "answer has no <think>, <tool_call> or <response> block"
+    rewards = {
+        "function_name": function_name_reward(expected_calls, predicted),
+        "parameter": parameter_reward(expected_calls, predicted),
+        "values": values_reward(expected_calls, predicted),
+        "format": format_reward(answer, bool(expected_calls), expects_response),
+    }
+    exact = bool(expected_calls) and all(
+        rewards[n] == hi for n, hi in zip(REWARD_NAMES[:3], REWARD_HIGH[:3])
+    )
+    return AnswerScore(rewards, exact, len(parsed.tool_calls), error)
