@@ -252,7 +252,8 @@ def test_cancelling_components_are_reported_and_floor_bounds_them() -> None:
     )
     assert exact.stats.near_cancelling.tolist() == [True]
     assert exact.stats.num_near_cancelling == 1
-    assert exact.stats.k_eff.item() == 0.0
+    assert math.isnan(exact.stats.k_eff.item())
+    assert exact.stats.to_dict()["k_eff"] == [None]
     floored = compute_advantages(rewards, one_group(4), weights=weights, min_denominator=1.0)
     np.testing.assert_allclose(floored.advantages.numpy(), expected_numerator, rtol=1e-6)
     assert floored.stats.c_q.item() == pytest.approx(math.sqrt(5 / 3) * 0.5 + EPS, rel=1e-6)
@@ -267,7 +268,7 @@ def test_corrgrpo_is_grpo_times_positive_group_constant(batch) -> None:
     rewards, ids, weights = batch
     corr = compute_advantages(rewards, ids, "corrgrpo", weights=weights)
     grpo = compute_advantages(rewards, ids, "grpo", weights=weights)
-    c_q = corr.stats.c_q
+    c_q = torch.where(corr.stats.zero_variance, 1.0, corr.stats.c_q)  # NaN: both are 0
     assert (c_q > 0).all()
     row = torch.searchsorted(corr.stats.group_keys, torch.from_numpy(ids))
     torch.testing.assert_close(
@@ -435,7 +436,7 @@ def test_accepts_numpy_and_float32_returns_float32_and_stats() -> None:
         result.stats.cov_share.sum(dim=1), torch.ones(2, dtype=torch.float64)
     )
     logged = result.stats.to_dict()
-    json.dumps(logged)
+    json.dumps(logged, allow_nan=False)
     assert logged["group_keys"] == [4, 9]
     assert isinstance(logged["zero_variance_fraction"], float)
     assert set(result.stats.to_dict(per_group=False)) == {
@@ -456,7 +457,11 @@ def test_batch_stats() -> None:
     # correlation +1 in group 0, -1 in group 1 (which cancels: near-cancelling)
     assert stats.mean_correlation[0, 1].item() == pytest.approx(0.0)
     assert stats.near_cancelling.tolist() == [False, True, False]
-    assert stats.k_eff.tolist() == pytest.approx([1.0, 0.0, 0.0])
+    assert stats.k_eff[0].item() == pytest.approx(1.0)
+    assert stats.k_eff[1:].isnan().all() and stats.c_q[2].isnan()
+    logged = stats.to_dict()
+    assert logged["k_eff"][1:] == [None, None] and logged["c_q"][2] is None
+    json.dumps(logged, allow_nan=False)
     assert stats.mean_cov_share.tolist() == pytest.approx([0.5, 0.5])
 
 

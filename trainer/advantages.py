@@ -529,11 +529,12 @@ class AdvantageStats:
     - ``s_cov``: GRPO's variance sum, the sum of all covariance entries.
     - ``s_corr``: CorrGRPO's correlation sum over active components.
     - ``c_q``: CorrGRPO's multiplier over GRPO's (group scale), so that
-      ``A_corrgrpo = c_q * A_grpo`` within the group.
+      ``A_corrgrpo = c_q * A_grpo`` within the group; NaN for a zero-variance
+      group (both give 0 there, c_q is undefined).
     - ``cov_share``: row sums of the covariance matrix divided by ``s_cov``
       (sums to 1; 0 where ``s_cov`` is 0). A share may be negative.
     - ``k_eff``: ``K_active^2 / s_corr`` (K for independent, 1 for identical
-      components); 0 when no component is active or the group is near-cancelling.
+      components); NaN when no component is active or the group is near-cancelling.
     - ``zero_variance``: no component varies within the group (all advantages 0).
     - ``near_cancelling``: some component is active but ``s_corr <
       NEAR_CANCELLING_S_CORR``.
@@ -556,28 +557,40 @@ class AdvantageStats:
     mean_cov_share: torch.Tensor
 
     def to_dict(self, per_group: bool = True) -> dict[str, Any]:
-        """Plain python floats/ints/lists for logging (JSON-serialisable).
+        """Plain python floats/ints/lists for logging (strict JSON: NaN -> None).
 
         ``per_group=False`` keeps only the batch-level entries.
         """
         out: dict[str, Any] = {
-            "mean_correlation": self.mean_correlation.tolist(),
+            "mean_correlation": _plain(self.mean_correlation),
             "zero_variance_fraction": float(self.zero_variance_fraction),
             "num_near_cancelling": int(self.num_near_cancelling),
-            "mean_cov_share": self.mean_cov_share.tolist(),
+            "mean_cov_share": _plain(self.mean_cov_share),
         }
         if per_group:
             out.update(
                 group_keys=self.group_keys.tolist(),
-                s_cov=self.s_cov.tolist(),
-                s_corr=self.s_corr.tolist(),
-                c_q=self.c_q.tolist(),
-                cov_share=self.cov_share.tolist(),
-                k_eff=self.k_eff.tolist(),
+                s_cov=_plain(self.s_cov),
+                s_corr=_plain(self.s_corr),
+                c_q=_plain(self.c_q),
+                cov_share=_plain(self.cov_share),
+                k_eff=_plain(self.k_eff),
                 zero_variance=self.zero_variance.tolist(),
                 near_cancelling=self.near_cancelling.tolist(),
             )
         return out
+
+
+def _plain(t: torch.Tensor) -> Any:
+    """Nested python floats with NaN replaced by None."""
+    values = t.tolist()
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    return clean(values)
 
 
 def diagnose(
@@ -600,7 +613,8 @@ def diagnose(
     zero_variance = k_active == 0
     near_cancelling = ~zero_variance & (s_corr < NEAR_CANCELLING_S_CORR)
     defined = ~zero_variance & ~near_cancelling
-    k_eff = torch.where(defined, k_active.square() / torch.where(defined, s_corr, 1.0), 0.0)
+    k_eff = torch.where(defined, k_active.square() / torch.where(defined, s_corr, 1.0), math.nan)
+    c_q = torch.where(zero_variance, math.nan, c_q)
 
     both = (active.unsqueeze(2) & active.unsqueeze(1)).to(cov.dtype)
     n_both = both.sum(dim=0)
