@@ -1,0 +1,245 @@
+"""``corrgrpo/Code-v0``: write a Python solution, judged in a sandbox with seven rewards.
+
+Single turn: the observation is the problem as a user message, the action is
+the model's answer (a fenced python block), and the reward vector is
+``format, syntax, compile, runtime, correct, ast_similarity, efficiency``
+(``docs/domains.md`` section 1). The judged program is
+``prompt + code + test + check(entry_point)``, run in a fresh sandboxed
+interpreter (:mod:`corrgrpo_envs.sandbox`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from corrgrpo_envs.code import rewards as R
+from corrgrpo_envs.code.datasets import DATASETS
+from corrgrpo_envs.code.references import ReferenceTimes
+from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
+from corrgrpo_envs.sandbox import Limits, Sandbox, SandboxPool, make_sandbox
+from corrgrpo_envs.tasks import Task
+
+__all__ = ["CodeEnv", "EFFICIENCY_MODES"]
+
+EFFICIENCY_MODES = ("lazy", "cached", "off")
+
+
+def _judge_paths() -> list[str]:
+    """Folders the judged program may import from besides the standard library.
+
+    LeetCode's judge offers ``sortedcontainers``; part of LeetCodeDataset's
+    prompts import it.
+    """
+    spec = importlib.util.find_spec("sortedcontainers")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [str(Path(next(iter(spec.submodule_search_locations))).parent)]
+
+
+class CodeEnv(MultiRewardEnv):
+    """Code generation with seven rewards, judged in a sandbox.
+
+    Args:
+        dataset: ``"humaneval"`` (default), a LeetCodeDataset JSONL(.gz) path, or
+            any JSONL with ``prompt``/``test``/``entry_point`` and a reference.
+        format: force a file format (``leetcode`` or ``jsonl``) instead of detecting it.
+        split: ``train``, ``eval`` or ``all`` (default).
+        backend: sandbox backend: ``auto`` (bwrap when it works, else process),
+            ``process``, ``bwrap`` or ``docker``; or a ready :class:`Sandbox`.
+        timeout: wall seconds per program (paper: 5).
+        memory_mb: address-space limit per program (paper: 1024).
+        workers: parallel programs in :meth:`score_many` (default: one per CPU).
+        efficiency: ``lazy`` (measure a reference's runtime on first use and
+            cache it), ``cached`` (use only precomputed times, else 0) or ``off``.
+        reference_runs: runs averaged per reference time.
+        reference_cache_dir: cache root (default ``$CORRGRPO_CODE_REFS`` or
+            ``~/.cache/corrgrpo/code_refs``).
+        reward_weights: override the paper's weights (seven numbers).
+        system_prompt: optional system message put before the problem.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        dataset: str | Path = "humaneval",
+        format: str | None = None,
+        split: str = "all",
+        backend: str | Sandbox = "auto",
+        timeout: float = 5.0,
+        memory_mb: int = 1024,
+        workers: int | None = None,
+        efficiency: str = "lazy",
+        reference_runs: int = 3,
+        reference_cache_dir: str | Path | None = None,
+        reward_weights: Sequence[float] | None = None,
+        system_prompt: str | None = None,
+        max_action_chars: int = MAX_ACTION_CHARS,
+        render_mode: str | None = None,
+    ):
+        if efficiency not in EFFICIENCY_MODES:
+            raise ValueError(f"efficiency must be one of {EFFICIENCY_MODES}, got {efficiency!r}")
+        tasks = DATASETS.load(dataset, format=format, split=split)
+        super().__init__(
+            tasks=tasks,
+            reward_names=R.REWARD_NAMES,
+            reward_low=[0.0] * 7,
+            reward_high=[1.0] * 7,
+            reward_weights=R.DEFAULT_WEIGHTS if reward_weights is None else reward_weights,
+            max_action_chars=max_action_chars,
+            render_mode=render_mode,
+        )
+        self.limits = Limits(timeout=timeout, memory_mb=memory_mb)
+        self.backend = backend
+        self.workers = workers
+        self.efficiency_mode = efficiency
+        self.reference_runs = reference_runs
+        self.reference_cache_dir = reference_cache_dir
+        self.system_prompt = system_prompt
+        self._sandbox: Sandbox | None = backend if isinstance(backend, Sandbox) else None
+        self._references: ReferenceTimes | None = None
+        self._ast_cache: dict[str, list[str] | None] = {}
+
+    # ------------------------------------------------------------ sandbox
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox, built on first use (so the env pickles and starts cheaply)."""
+        if self._sandbox is None:
+            self._sandbox = make_sandbox(str(self.backend), self.limits, paths=_judge_paths())
+        return self._sandbox
+
+    @property
+    def references(self) -> ReferenceTimes:
+        """The reference-runtime cache for this env's sandbox."""
+        if self._references is None:
+            self._references = ReferenceTimes(
+                self.sandbox, self.reference_cache_dir, self.reference_runs
+            )
+        return self._references
+
+    def reference_program(self, task: Task) -> str:
+        """The judged program of the task's reference solution."""
+        return R.judged_program(task["prompt"], task["reference"], task["test"], task["entry_point"])
+
+    def close(self) -> None:
+        if self._sandbox is not None and not isinstance(self.backend, Sandbox):
+            self._sandbox.close()
+            self._sandbox = None
+        super().close()
+
+    # -------------------------------------------------------------- hooks
+    def _observe_task(self, task: Task) -> dict:
+        messages = []
+        if self.system_prompt:
+            messages.append({"role": "system", "content": self.system_prompt})
+        messages.append({"role": "user", "content": task["question"]})
+        return {"messages": messages, "tools": []}
+
+    def _act(self, action: str) -> StepOutcome:
+        assert self.task is not None
+        rewards, info = self.score(self.task, action)
+        return StepOutcome(rewards=rewards, terminated=True, info=info)
+
+    # ------------------------------------------------------------ scoring
+    def score(self, task: Task | str, action: str) -> tuple[dict[str, float], dict[str, Any]]:
+        """The seven rewards and the info of one answer (thread-safe; runs one program)."""
+        task = self.tasks.get(task) if isinstance(task, str) else task
+        prepared = self._prepare(task, action)
+        if prepared[0] is not None:
+            return prepared[0], prepared[1]
+        _, info, program = prepared
+        return self._finish(task, info, self.sandbox.run(program, self.limits))
+
+    def score_many(self, task_ids: Sequence[str], actions: Sequence[str],
+                   workers: int | None = None) -> list[tuple[dict[str, float], dict[str, Any]]]:
+        """:meth:`score` for many answers, their programs run in parallel."""
+        if len(task_ids) != len(actions):
+            raise ValueError(f"{len(task_ids)} task ids but {len(actions)} actions")
+        with SandboxPool(self.sandbox, workers or self.workers) as pool:
+            return pool.map(lambda pair: self.score(*pair), list(zip(task_ids, actions)))
+
+    def _prepare(self, task: Task, action: str):
+        from corrgrpo_envs.core import validate_action
+
+        error = validate_action(action, self.max_action_chars)
+        zeros = dict.fromkeys(R.REWARD_NAMES, 0.0)
+        if error:
+            return zeros, {"error": error, "dataset": task["dataset"]}, None
+        code, has_entry = R.choose_block(action, task["entry_point"])
+        info: dict[str, Any] = {"dataset": task["dataset"]}
+        if code is None:
+            return zeros, {**info, "error": "no fenced python code block"}, None
+        rewards = dict(zeros)
+        rewards["format"] = float(has_entry)
+        rewards["syntax"] = float(R.syntax_ok(code))
+        program = R.judged_program(task["prompt"], code, task["test"], task["entry_point"])
+        rewards["compile"] = float(R.compiles(program))
+        rewards["ast_similarity"] = R.ast_similarity(
+            R.ast_type_sequence(code) if rewards["syntax"] else None, self._reference_ast(task)
+        )
+        info["rewards_so_far"] = rewards
+        if not rewards["compile"]:
+            info["status"] = "syntax"
+            del info["rewards_so_far"]
+            return rewards, info, None
+        return None, info, program
+
+    def _finish(self, task: Task, info: dict[str, Any], result) -> tuple[dict[str, float], dict]:
+        rewards = info.pop("rewards_so_far")
+        rewards["runtime"] = float(result.finished)
+        rewards["correct"] = float(result.passed)
+        info.update(status=result.status, exec_seconds=result.exec_seconds)
+        if result.passed and self.efficiency_mode != "off":
+            program = self.reference_program(task)
+            if self.efficiency_mode == "lazy":
+                t_ref = self.references.seconds(program, task.id, self.limits)
+            else:
+                record = self.references.cached(program)
+                t_ref = record["seconds"] if record and record["passed"] else None
+            rewards["efficiency"] = R.efficiency(True, result.exec_seconds, t_ref)
+            info["reference_seconds"] = t_ref
+            info["faster_than_reference"] = bool(t_ref is not None and result.exec_seconds < t_ref)
+        return rewards, info
+
+    def _reference_ast(self, task: Task) -> list[str] | None:
+        if task.id not in self._ast_cache:
+            self._ast_cache[task.id] = R.ast_type_sequence(task["reference"])
+        return self._ast_cache[task.id]
+
+    # ---------------------------------------------------------- reference
+    def reference_action(self, task_id: str) -> str:
+        """The task's reference solution as an answer: one ```python fenced block."""
+        return f"```python\n{self.tasks.get(task_id)['reference'].rstrip()}\n```"
+
+    @staticmethod
+    def metrics(results: list[dict]) -> dict[str, float]:
+        """pass@1 per data set and their mean, the efficiency share, and mean rewards.
+
+        ``efficiency_share`` is the share of correct answers that ran faster than
+        their reference. Records are ``{"task_id", "reward_components", "info"}``.
+        """
+        if not results:
+            return {}
+        by_dataset: dict[str, list[float]] = defaultdict(list)
+        sums: dict[str, float] = defaultdict(float)
+        correct = faster = 0
+        for record in results:
+            comps = record.get("reward_components", {})
+            info = record.get("info", {}) or {}
+            ok = float(comps.get("correct", 0.0))
+            by_dataset[str(info.get("dataset", "code"))].append(ok)
+            for name in R.REWARD_NAMES:
+                sums[name] += float(comps.get(name, 0.0))
+            if ok >= 1.0:
+                correct += 1
+                faster += bool(info.get("faster_than_reference", False))
+        out = {f"pass@1/{name}": sum(v) / len(v) for name, v in sorted(by_dataset.items())}
+        out["pass@1"] = sum(out.values()) / len(out)
+        out["efficiency_share"] = faster / correct if correct else 0.0
+        for name in R.REWARD_NAMES:
+            out[f"mean/{name}"] = sums[name] / len(results)
+        return out

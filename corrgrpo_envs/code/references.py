@@ -1,0 +1,120 @@
+"""Reference runtimes for the ``efficiency`` reward, measured once and cached.
+
+A reference's time is the mean ``exec_seconds`` of several runs of its judged
+program in the same sandbox harness the candidates run in. Results are cached
+as one small JSON file per program under
+``<cache>/<machine-hash>/<program-hash>.json``, where ``<cache>`` is
+``$CORRGRPO_CODE_REFS`` or ``~/.cache/corrgrpo/code_refs``: a time measured on
+one machine is never compared with a candidate's time on another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import threading
+from pathlib import Path
+
+from corrgrpo_envs.sandbox import Limits, Sandbox
+
+__all__ = ["ReferenceTimes", "default_cache_dir", "machine_hash", "CACHE_ENV_VAR"]
+
+CACHE_ENV_VAR = "CORRGRPO_CODE_REFS"
+
+
+def default_cache_dir() -> Path:
+    """``$CORRGRPO_CODE_REFS`` or ``~/.cache/corrgrpo/code_refs``."""
+    env = os.environ.get(CACHE_ENV_VAR)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "corrgrpo" / "code_refs"
+
+
+def machine_hash(backend: str = "") -> str:
+    """12 hex digits naming this machine (host, CPU model and count, Python) and backend."""
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    key = "|".join([platform.node(), platform.machine(), cpu, str(os.cpu_count()),
+                    platform.python_version(), backend])
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+class ReferenceTimes:
+    """Measures and caches the runtime of reference programs.
+
+    Args:
+        sandbox: where references run (the same sandbox as the candidates).
+        cache_dir: root of the cache (default :func:`default_cache_dir`).
+        runs: how many runs are averaged.
+    """
+
+    def __init__(self, sandbox: Sandbox, cache_dir: str | Path | None = None, runs: int = 3):
+        if runs < 1:
+            raise ValueError(f"runs must be >= 1, got {runs}")
+        self.sandbox = sandbox
+        root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        self.folder = root / machine_hash(sandbox.name)
+        self.runs = int(runs)
+        self._memory: dict[str, dict] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    @staticmethod
+    def key(program: str) -> str:
+        return hashlib.sha256(program.encode("utf-8")).hexdigest()[:24]
+
+    def cached(self, program: str) -> dict | None:
+        """The cached record ``{"seconds", "passed", "runs", ...}`` or ``None``."""
+        key = self.key(program)
+        if key in self._memory:
+            return self._memory[key]
+        path = self.folder / f"{key}.json"
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        self._memory[key] = record
+        return record
+
+    def seconds(self, program: str, task_id: str = "", limits: Limits | None = None) -> float | None:
+        """The reference's mean runtime, measured now if not cached; ``None`` if it fails its tests."""
+        key = self.key(program)
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:  # one measurement per program even when many threads ask at once
+            record = self.cached(program)
+            if record is None:
+                record = self.measure(program, task_id, limits)
+        return record["seconds"] if record["passed"] else None
+
+    def measure(self, program: str, task_id: str = "", limits: Limits | None = None) -> dict:
+        """Run the reference ``runs`` times, store and return its record."""
+        times, passed = [], True
+        for _ in range(self.runs):
+            result = self.sandbox.run(program, limits)
+            if not result.passed:
+                passed = False
+                break
+            times.append(result.exec_seconds)
+        record = {
+            "task_id": task_id, "passed": passed, "runs": len(times),
+            "seconds": sum(times) / len(times) if times else 0.0, "backend": self.sandbox.name,
+        }
+        self._store(self.key(program), record)
+        return record
+
+    def _store(self, key: str, record: dict) -> None:
+        self._memory[key] = record
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(record, f)
+            os.replace(tmp, self.folder / f"{key}.json")
+        except OSError:
+            pass  # a read-only cache only costs re-measuring
