@@ -16,6 +16,9 @@ from corrgrpo_envs.core import MultiRewardEnv
 #: keyword arguments that keep an id cheap to build and step in tests
 ID_KWARGS: dict[str, dict] = {
     "corrgrpo/ScaleDominance-v0": {"num_tasks": 16},
+    # efficiency times the program: not bit-reproducible, and it caches reference timings on disk
+    "corrgrpo/Code-v0": {"efficiency": "off"},
+    "corrgrpo/AgentDojo-v0": {"suites": ["banking"]},
 }
 
 #: the conformance suite; bad actions must never raise
