@@ -54,7 +54,7 @@ def numerator(rewards: np.ndarray, weights: np.ndarray | None = None) -> np.ndar
 def loop_reference(
     rewards: np.ndarray, group_ids: np.ndarray, weights: np.ndarray, estimator: str
 ) -> np.ndarray:
-    """Per-group numpy reference of grpo / corrgrpo written from method.md."""
+    """Per-group numpy reference of grpo / corrgrpo / mo_grpo / gdpo written from method.md."""
     out = np.zeros(len(rewards))
     for gid in np.unique(group_ids):
         rows = np.nonzero(group_ids == gid)[0]
@@ -70,7 +70,10 @@ def loop_reference(
         c = c * active  # a constant component centres to exactly 0
         cov = c.T @ c / max(n - 1, 1)
         num = c.sum(axis=1)
-        if estimator == "grpo":
+        if estimator in ("mo_grpo", "gdpo"):
+            std = np.sqrt((c**2).sum(axis=0) / max(n - 1, 1)) / np.abs(weights)
+            out[rows] = (np.where(active, c / weights / (std + EPS), 0.0) * weights).sum(axis=1)
+        elif estimator == "grpo":
             out[rows] = num / (math.sqrt(max(cov.sum(), 0.0)) + EPS)
         else:
             total = 0.0
@@ -79,7 +82,11 @@ def loop_reference(
                     if active[a] and active[b]:
                         total += cov[a, b] / math.sqrt(cov[a, a] * cov[b, b])
             out[rows] = num / math.sqrt(max(total, 0.0) + EPS)
-    out[np.isnan(rewards).all(axis=1)] = 0.0
+    valid = ~np.isnan(rewards).all(axis=1)
+    if estimator == "gdpo":
+        std = out[valid].std(ddof=1) if valid.sum() > 1 else 0.0
+        out = (out - out[valid].mean()) / (std + EPS)
+    out[~valid] = 0.0
     return out
 
 
@@ -301,7 +308,7 @@ def test_shuffling_rows_permutes_advantages(batch, estimator) -> None:
 
 
 @PROPERTY_SETTINGS
-@given(batches(nan=True), st.sampled_from(["corrgrpo", "grpo"]), st.booleans())
+@given(batches(nan=True), st.sampled_from(["corrgrpo", "grpo", "mo_grpo", "gdpo"]), st.booleans())
 def test_matches_per_group_loop_reference(batch, estimator, padded) -> None:
     rewards, ids, weights = batch
     fill = adv.PADDED_LAYOUT_MAX_FILL
