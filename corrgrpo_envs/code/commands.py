@@ -1,0 +1,69 @@
+"""``corrgrpo code``: utilities of the code domain.
+
+* ``corrgrpo code precompute-references --dataset humaneval``: measure and
+  cache every reference runtime (the ``efficiency`` reward's baseline), with a
+  progress bar; already cached references are skipped.
+* ``corrgrpo code sandboxes``: which sandbox backends work on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="code_command", metavar="ACTION", required=True)
+    pre = sub.add_parser("precompute-references", help="measure and cache reference runtimes")
+    pre.add_argument("--dataset", default="humaneval", help="humaneval or a JSONL(.gz) path")
+    pre.add_argument("--format", default=None, help="force a file format (leetcode, jsonl)")
+    pre.add_argument("--split", default="all", choices=["train", "eval", "all"])
+    pre.add_argument("--backend", default="auto", help="auto, process, bwrap or docker")
+    pre.add_argument("--workers", type=int, default=None, help="parallel programs (default: CPUs)")
+    pre.add_argument("--runs", type=int, default=3, help="runs averaged per reference")
+    pre.add_argument("--timeout", type=float, default=5.0, help="seconds per program")
+    pre.add_argument("--cache-dir", default=None, help="cache root (default $CORRGRPO_CODE_REFS or ~/.cache)")
+    pre.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    sub.add_parser("sandboxes", help="which sandbox backends work here")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.code_command == "sandboxes":
+        from corrgrpo_envs.sandbox import available_backends
+
+        for name, reason in available_backends().items():
+            print(f"{name:8s} {'ok' if not reason else 'unavailable: ' + reason}")
+        return 0
+    return _precompute(args)
+
+
+def _precompute(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from corrgrpo_envs.code.env import CodeEnv
+    from corrgrpo_envs.sandbox import SandboxPool
+
+    env = CodeEnv(dataset=args.dataset, format=args.format, split=args.split, backend=args.backend,
+                  timeout=args.timeout, reference_runs=args.runs, reference_cache_dir=args.cache_dir)
+    refs = env.references
+    tasks = list(env.tasks)[: args.limit] if args.limit else list(env.tasks)
+    failed: list[str] = []
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn()) as progress:
+        bar = progress.add_task(f"{env.tasks.name} references", total=len(tasks))
+
+        def measure(task):
+            program = env.reference_program(task)
+            if refs.seconds(program, task.id, env.limits) is None:
+                failed.append(task.id)
+            progress.advance(bar)
+
+        with SandboxPool(env.sandbox, args.workers) as pool:
+            pool.map(measure, tasks)
+    print(f"cached {len(tasks) - len(failed)} reference times in {refs.folder} "
+          f"(backend {env.sandbox.name})")
+    if failed:
+        print(f"{len(failed)} references failed their own tests (efficiency stays 0 there): "
+              + ", ".join(failed[:10]) + (" ..." if len(failed) > 10 else ""))
+    return 0

@@ -1,0 +1,119 @@
+"""The sandbox interface: statuses, limits, the pool, backend selection."""
+
+from __future__ import annotations
+
+import pytest
+
+from corrgrpo_envs.sandbox import (
+    Limits,
+    SandboxPool,
+    SandboxUnavailable,
+    available_backends,
+    make_sandbox,
+)
+from corrgrpo_envs.sandbox.docker import docker_available
+
+LIMITS = Limits(timeout=2.0)
+
+
+@pytest.fixture(scope="module", params=["process", "bwrap"])
+def sandbox(request):
+    try:
+        return make_sandbox(request.param, LIMITS)
+    except SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.mark.parametrize(
+    "program, status",
+    [
+        ("x = 1\nassert x == 1\nprint('hi')", "ok"),
+        ("assert 1 == 2", "assertion"),
+        ("raise ValueError('no')", "error:ValueError"),
+        ("def f(:\n  pass", "syntax"),
+        ("import sys\nsys.exit(0)", "error:SystemExit"),
+        ("import os\nos._exit(0)", "killed"),
+        ("import json\nprint(json.dumps([1]))", "ok"),
+    ],
+)
+def test_status_of_each_kind_of_ending(sandbox, program, status):
+    result = sandbox.run(program)
+    assert result.status == status
+    assert result.backend == sandbox.name
+    assert result.passed == (status == "ok")
+    assert result.finished == (status in ("ok", "assertion"))
+
+
+def test_stdout_stderr_and_exec_time(sandbox):
+    result = sandbox.run("import sys, time\nprint('out')\nprint('err', file=sys.stderr)\ntime.sleep(0.2)")
+    assert result.stdout == "out\n"
+    assert "err" in result.stderr
+    assert 0.19 < result.exec_seconds < 1.5
+    assert result.wall_seconds >= result.exec_seconds
+
+
+def test_forged_status_line_does_not_pass(sandbox):
+    program = "import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b'0' * 32 + b' ok 0.1\\n')\n    except OSError:\n        pass\nos._exit(0)"
+    assert sandbox.run(program).status == "killed"
+
+
+def test_stdlib_available_and_site_packages_not(sandbox):
+    ok = sandbox.run("import collections, heapq, bisect, functools, itertools, math, re, typing")
+    assert ok.status == "ok"
+    assert sandbox.run("import numpy").status == "error:ModuleNotFoundError"
+
+
+def test_pool_keeps_order_and_runs_in_parallel(sandbox):
+    programs = [f"import time\ntime.sleep(0.3)\nprint({i})" for i in range(4)]
+    seen = []
+    with SandboxPool(sandbox, workers=4) as pool:
+        results = pool.run_many(programs, on_result=lambda i, r: seen.append(i))
+    assert [r.stdout.strip() for r in results] == ["0", "1", "2", "3"]
+    assert sorted(seen) == [0, 1, 2, 3]
+
+
+def test_limits_validation():
+    with pytest.raises(ValueError, match="timeout"):
+        Limits(timeout=0)
+    with pytest.raises(ValueError, match="memory_mb"):
+        Limits(memory_mb=0)
+    assert Limits(timeout=2.5).rlimits()["RLIMIT_CPU"] == 3
+    with pytest.raises(ValueError, match="workers"):
+        SandboxPool(make_sandbox("process"), workers=0)
+
+
+def test_unknown_backend():
+    with pytest.raises(ValueError, match="unknown sandbox backend"):
+        make_sandbox("chroot")
+
+
+def test_available_backends_reports_reasons():
+    report = available_backends()
+    assert set(report) == {"process", "bwrap", "docker"}
+    assert all(isinstance(v, str) for v in report.values())
+
+
+def test_auto_prefers_bwrap_when_it_works():
+    from corrgrpo_envs.sandbox.bwrap import bwrap_available
+
+    assert make_sandbox("auto").name == ("bwrap" if bwrap_available() else "process")
+
+
+_DOCKER_OK, _DOCKER_REASON = docker_available()
+
+
+@pytest.mark.skipif(not _DOCKER_OK, reason=f"docker backend: {_DOCKER_REASON}")
+def test_docker_backend_runs_and_isolates():
+    with make_sandbox("docker", LIMITS, containers=1) as box:
+        assert box.run("print(1)").stdout.strip() == "1"
+        assert box.run("assert False").status == "assertion"
+        assert box.run("while True: pass").status == "timeout"
+        net = box.run("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=1)")
+        assert net.status.startswith("error:")
+
+
+def test_docker_unavailable_raises_clearly():
+    if _DOCKER_OK:
+        pytest.skip("a docker engine is reachable here")
+    with pytest.raises(SandboxUnavailable):
+        make_sandbox("docker")

@@ -1,0 +1,177 @@
+"""Untrusted programs that attack the host: each is contained on the process and bwrap backends."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from corrgrpo_envs.sandbox import Limits, make_sandbox
+from corrgrpo_envs.sandbox.bwrap import bwrap_available
+from corrgrpo_envs.sandbox.process import ProcessSandbox
+
+LIMITS = Limits(timeout=2.0, memory_mb=256, file_size_mb=4, processes=32, output_bytes=1 << 16)
+
+
+def _backends() -> list:
+    params = [pytest.param("process", id="process")]
+    reason = "" if bwrap_available() else "bubblewrap missing or cannot create namespaces here"
+    params.append(pytest.param("bwrap", id="bwrap", marks=pytest.mark.skipif(bool(reason), reason=reason or "ok")))
+    return params
+
+
+@pytest.fixture(params=_backends())
+def sandbox(request):
+    box = make_sandbox(request.param, LIMITS)
+    if isinstance(box, ProcessSandbox) and box.isolation != "namespaces":
+        pytest.skip("unshare namespaces unavailable: the process backend runs with limits only")
+    yield box
+    _assert_no_sandbox_processes()
+
+
+def _sandbox_pids() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"_corrgrpo_boot" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _assert_no_sandbox_processes() -> None:
+    deadline = time.time() + 3
+    while _sandbox_pids() and time.time() < deadline:
+        time.sleep(0.05)
+    assert _sandbox_pids() == [], "a sandboxed process outlived its run"
+
+
+def test_network_connect_is_blocked(sandbox):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    accepted = []
+    server.settimeout(3)
+    thread = threading.Thread(target=lambda: accepted.append(_try_accept(server)))
+    thread.start()
+    result = sandbox.run(
+        f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('connected')"
+    )
+    thread.join()
+    server.close()
+    assert result.status.startswith("error:")  # ConnectionRefused/OSError: no route out
+    assert "connected" not in result.stdout
+    assert accepted == [False]
+
+
+def _try_accept(server: socket.socket) -> bool:
+    try:
+        conn, _ = server.accept()
+        conn.close()
+        return True
+    except OSError:
+        return False
+
+
+def test_writing_outside_the_folder_leaves_no_file(sandbox, tmp_path):
+    target = tmp_path / f"escaped-{uuid.uuid4().hex}"
+    home_target = Path.home() / f".corrgrpo-escape-{uuid.uuid4().hex}"
+    program = (
+        "import os\nwritten = []\n"
+        f"for path in [{str(target)!r}, {str(home_target)!r}, '/var/tmp/corrgrpo-escape', '/corrgrpo-escape']:\n"
+        "    try:\n        open(path, 'w').write('x'); written.append(path)\n"
+        "    except OSError:\n        pass\n"
+        "open('inside.txt', 'w').write('fine')\n"
+        "print(written)\n"
+    )
+    result = sandbox.run(program)
+    assert result.status == "ok", result.stderr
+    assert not target.exists() and not home_target.exists()
+    assert not Path("/corrgrpo-escape").exists() and not Path("/var/tmp/corrgrpo-escape").exists()
+
+
+def test_parent_environment_and_home_files_are_invisible(sandbox, tmp_path, monkeypatch):
+    secret = f"s3cret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("CORRGRPO_TEST_SECRET", secret)
+    home = Path.home()
+    secret_file = home / f".corrgrpo-secret-{uuid.uuid4().hex}"
+    secret_file.write_text(secret)
+    secret_file.chmod(0o600)
+    try:
+        program = (
+            "import os, glob\nout = [repr(dict(os.environ))]\n"
+            "for path in glob.glob('/proc/*/environ') + "
+            f"[{str(secret_file)!r}, os.path.expanduser('~/' + {secret_file.name!r})]:\n"
+            "    try:\n        out.append(open(path, 'rb').read().decode('latin-1'))\n"
+            "    except OSError:\n        pass\n"
+            "print('\\n'.join(out))\n"
+        )
+        result = sandbox.run(program)
+    finally:
+        secret_file.unlink()
+    assert result.status == "ok", result.stderr
+    assert secret not in result.stdout
+    assert "CORRGRPO_TEST_SECRET" not in result.stdout
+
+
+def test_fork_bomb_is_contained(sandbox):
+    result = sandbox.run("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
+    assert result.status == "timeout"
+    assert not result.finished
+
+
+def test_allocating_10_gb_fails_with_memory_error(sandbox):
+    result = sandbox.run("x = bytearray(10 * 1024 ** 3)\nprint('allocated')")
+    assert result.status == "memory"
+    assert "allocated" not in result.stdout
+    assert not result.finished
+
+
+def test_infinite_loop_times_out(sandbox):
+    start = time.perf_counter()
+    result = sandbox.run("while True:\n    pass\n")
+    assert result.status == "timeout"
+    assert time.perf_counter() - start < LIMITS.timeout + 2
+
+
+def test_printing_1_gb_is_cut_at_the_cap(sandbox):
+    result = sandbox.run("import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(chunk)\n")
+    assert result.status == "output_limit"
+    assert len(result.stdout) <= LIMITS.output_bytes
+
+
+def test_killing_the_parent_fails_and_the_host_survives(sandbox):
+    me = os.getpid()
+    program = (
+        "import os, signal\n"
+        f"for pid in (os.getppid(), {me}, 1):\n"
+        "    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\n"
+        "print('done')\n"
+    )
+    result = sandbox.run(program)
+    assert os.getpid() == me  # we are alive to assert
+    assert result.status in ("ok", "killed", "killed:SIGKILL")
+
+
+def test_children_left_behind_are_killed(sandbox):
+    program = (
+        "import os, time\n"
+        "if os.fork() == 0:\n    os.setsid()\n"
+        "    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\n"
+        "print('parent done')\n"
+    )
+    start = time.perf_counter()
+    result = sandbox.run(program)
+    assert result.status == "ok"
+    assert time.perf_counter() - start < LIMITS.timeout
+    # The fixture checks that no sandboxed process is left.
