@@ -15,7 +15,10 @@ import torch
 from rich.progress import Progress
 
 import corrgrpo_envs
-from agents import Episode, HFPolicy, Policy, SamplingParams, load_model
+from agents.episode import Episode
+from agents.hf_policy import HFPolicy
+from agents.models import load_model
+from agents.policy import Policy, SamplingParams
 from corrgrpo_envs.vector import GroupedVectorEnv
 from trainer.config import Config
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from agents import Episode, Policy, SamplingParams
+from agents.episode import Episode
+from agents.policy import Policy, SamplingParams
 from corrgrpo_envs.vector import GroupedVectorEnv
 
 __all__ = ["RolloutBatch", "collect_groups", "overlong_penalty"]

@@ -35,7 +35,9 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list, gather_object
 
 import corrgrpo_envs
-from agents import HFPolicy, SamplingParams, load_model
+from agents.hf_policy import HFPolicy
+from agents.models import load_model
+from agents.policy import SamplingParams
 from corrgrpo_envs.vector import GroupedVectorEnv
 from trainer.advantages import compute_advantages
 from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -207,7 +209,7 @@ class Trainer:
             path, self.unwrapped, self.optimizer, self.scheduler, rank=self.rank
         )
         self.start_step = int(state["step"])
-        self.logger.truncate_after(self.start_step - 1)
+        self.logger.truncate_after(self.start_step)
 
     # ----------------------------------------------------------------- rollout
     def _seed_for(self, step: int, salt: int):
@@ -411,6 +413,7 @@ class Trainer:
         batch = self._collect(step)
         t1 = time.perf_counter()
         advantages, result, all_rewards = self._advantages(batch)
+        self.last_advantages = result.advantages  # whole batch, identical on every process
         t2 = time.perf_counter()
         update_metrics = self._update(batch, advantages, step)
         if self.cfg.rollout.backend == "vllm":
@@ -431,8 +434,6 @@ class Trainer:
         record["advantage/abs_mean"] = float(result.advantages.abs().mean())
         record["completion_length/mean"] = float(lengths.mean()) if lengths.size else 0.0
         record["completion_length/max"] = float(lengths.max()) if lengths.size else 0.0
-        record["groups"] = int(len(np.unique(all_rewards[:, 0]))) if False else None
-        record.pop("groups")
         record["episodes"] = int(len(all_rewards))
         record["time/generate"] = batch.generate_seconds
         record["time/reward"] = batch.reward_seconds + (t2 - t1)

@@ -1,0 +1,44 @@
+"""Run a few training steps and dump advantages and parameters (for the 2-process test).
+
+Usage: ``[accelerate launch --multi_gpu --num_processes 2] python tests/distributed_check.py OUT.pt``
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from trainer.config import config_from_dict
+from trainer.trainer import Trainer
+
+
+def main(out: str) -> None:
+    torch.set_num_threads(1)
+    cfg = config_from_dict(
+        {
+            "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 16, "split": "all"},
+            "model": {"name_or_path": "tiny"},
+            "algorithm": {"estimator": "corrgrpo", "group_size": 4, "prompts_per_step": 4},
+            "rollout": {"max_new_tokens": 8, "groups_per_generate": 1},
+            "optim": {"lr": 1e-3},
+            "train": {
+                "steps": 3, "seed": 5, "progress": False, "tensorboard": False,
+                "save_final": False, "cpu": True, "output_dir": out + ".run", "log_samples": 0,
+            },
+        }
+    )
+    trainer = Trainer(cfg)
+    advantages = []
+    for step in range(cfg.train.steps):
+        trainer.train_step(step)
+        advantages.append(trainer.last_advantages.clone())
+    if trainer.accelerator.is_main_process:
+        params = {k: v.detach().clone() for k, v in trainer.unwrapped.state_dict().items()}
+        torch.save({"advantages": advantages, "params": params, "world": trainer.world}, out)
+    trainer.accelerator.wait_for_everyone()
+    trainer.venv.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
