@@ -19,6 +19,11 @@ the time), so a ~0.5M-parameter model learns all three in a few dozen steps.
 
 ``scales`` multiplies each component (and its range); ``scales="unit"`` puts
 every component in ``[0, 1]`` (the shared-range setting).
+
+``rewards="anchor"`` swaps in exactly the three rewards of the TRL anchor
+setting (``../shared/anchors``): ``digits`` (the number of digit characters,
+uncapped), ``has_a`` and ``has_b`` (1 if the text contains that letter). There
+the two letter rewards are two different, weakly correlated signals.
 """
 
 from __future__ import annotations
@@ -31,13 +36,16 @@ from typing import Any
 
 import numpy as np
 
-from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
+from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
 from corrgrpo_envs.tasks import DatasetRegistry, Task, TaskSource
 
-__all__ = ["ScaleDominanceEnv", "score_text", "DATASETS", "PROMPT_TEMPLATE"]
+__all__ = ["ScaleDominanceEnv", "score_text", "score_anchor_text", "DATASETS", "PROMPT_TEMPLATE", "REWARD_SETS"]
 
 PROMPT_TEMPLATE = "write a short string: {k}"
 _DIGITS = frozenset("0123456789")
+#: The reward sets the env offers: ``default`` (capped digits, two letter rewards that nearly
+#: coincide) and ``anchor`` (the TRL anchor's uncapped digits, has 'a', has 'b').
+REWARD_SETS = ("default", "anchor")
 
 DATASETS = DatasetRegistry("toy")
 
@@ -88,6 +96,11 @@ def score_text(text: str, letter: str = "a", max_digits: int = 32) -> tuple[floa
     return float(digits), float(has_letter), float(word_with_letter)
 
 
+def score_anchor_text(text: str) -> tuple[float, float, float]:
+    """The TRL anchor's three components ``(digits, has_a, has_b)``: the digit count is uncapped."""
+    return float(sum(ch in _DIGITS for ch in text)), float("a" in text), float("b" in text)
+
+
 class ScaleDominanceEnv(MultiRewardEnv):
     """Single-turn toy env with one large-range and two strongly correlated 0/1 rewards.
 
@@ -95,7 +108,10 @@ class ScaleDominanceEnv(MultiRewardEnv):
         num_tasks: number of built-in prompts (ids ``prompt-0000`` ...).
         letter: the target letter of the two 0/1 rewards.
         max_digits: cap (and upper bound) of the digit count.
-        scales: a factor per component, or ``"unit"`` for every range ``[0, 1]``.
+        scales: a factor per component, or ``"unit"`` for every range ``[0, 1]``
+            (``"unit"`` needs the capped ``default`` reward set).
+        rewards: ``"default"`` or ``"anchor"`` (the TRL anchor's ``digits`` uncapped,
+            ``has_a``, ``has_b``; ``letter`` and ``max_digits`` do not apply to it).
         reward_weights: weights of the components (default all 1).
         prompt_template: the built-in prompt, with ``{k}`` for the task number.
         dataset, format, split: where the prompts come from (``"short-strings"``,
@@ -114,8 +130,12 @@ class ScaleDominanceEnv(MultiRewardEnv):
         dataset: str | Path | TaskSource = "short-strings",
         format: str | None = None,
         split: str = "all",
+        rewards: str = "default",
         **kwargs: Any,
     ):
+        if rewards not in REWARD_SETS:
+            raise ValueError(f"rewards must be one of {REWARD_SETS}, got {rewards!r}")
+        self.reward_set = rewards
         if not isinstance(letter, str) or len(letter) != 1 or not letter.isalpha():
             raise ValueError(f"letter must be a single alphabetic character, got {letter!r}")
         if int(max_digits) < 1:
@@ -125,6 +145,8 @@ class ScaleDominanceEnv(MultiRewardEnv):
         if isinstance(scales, str):
             if scales != "unit":
                 raise ValueError(f"scales must be 3 numbers or 'unit', got {scales!r}")
+            if rewards == "anchor":
+                raise ValueError("scales='unit' needs a capped digit reward; rewards='anchor' is uncapped")
             scales = (1.0 / self.max_digits, 1.0, 1.0)
         self.scales = np.asarray(scales, dtype=np.float64)
         if self.scales.shape != (3,) or not np.all(np.isfinite(self.scales)) or np.any(self.scales <= 0):
@@ -133,10 +155,17 @@ class ScaleDominanceEnv(MultiRewardEnv):
         tasks = DATASETS.load(
             dataset, format=format, split=split, **(options if dataset == "short-strings" else {})
         )
-        highs = self.scales * np.array([self.max_digits, 1.0, 1.0])
+        if rewards == "anchor":
+            # uncapped, but an accepted action has at most max_action_chars characters
+            digit_high = float(kwargs.get("max_action_chars", MAX_ACTION_CHARS))
+            names: tuple[str, ...] = ("digits", "has_a", "has_b")
+        else:
+            digit_high = float(self.max_digits)
+            names = ("digits", f"has_{letter}", f"word_with_{letter}")
+        highs = self.scales * np.array([digit_high, 1.0, 1.0])
         super().__init__(
             tasks=tasks,
-            reward_names=("digits", f"has_{letter}", f"word_with_{letter}"),
+            reward_names=names,
             reward_low=(0.0, 0.0, 0.0),
             reward_high=tuple(float(h) for h in highs),
             reward_weights=reward_weights,
@@ -147,7 +176,10 @@ class ScaleDominanceEnv(MultiRewardEnv):
         return {"messages": [{"role": "user", "content": task["prompt"]}], "tools": []}
 
     def _act(self, action: str) -> StepOutcome:
-        raw = score_text(action, self.letter, self.max_digits)
+        if self.reward_set == "anchor":
+            raw = score_anchor_text(action)
+        else:
+            raw = score_text(action, self.letter, self.max_digits)
         values = [float(np.float32(r * s)) for r, s in zip(raw, self.scales)]
         return StepOutcome(rewards=dict(zip(self.reward_names, values)), terminated=True)
 
@@ -155,6 +187,8 @@ class ScaleDominanceEnv(MultiRewardEnv):
         """A best answer: a word with the target letter, then ``max_digits`` digits."""
         self.tasks.get(task_id)  # unknown ids raise KeyError like every domain
         digits = ("0123456789" * (self.max_digits // 10 + 1))[: self.max_digits]
+        if self.reward_set == "anchor":
+            return f"ab {digits}"  # digits are uncapped there: any longer string of digits scores more
         return f"{self.letter}{self.letter} {digits}"
 
     def metrics(self, results: list[dict]) -> dict[str, float]:

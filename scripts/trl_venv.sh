@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Build a separate virtual environment with Hugging Face TRL, used by bench/vs_trl.py to run the
+# TRL anchor (../shared/anchors/trl_grpo_tiny.py) side by side with corrgrpo.
+#
+#   scripts/trl_venv.sh [VENV_DIR]        # default: .venv-trl in the repository root
+#   .venv/bin/python bench/vs_trl.py      # finds .venv-trl/bin/python by itself
+#
+# torch is installed first and pinned to the same CPU build as the main venv, so that TRL's
+# torch requirement is already satisfied and no CUDA wheels are pulled.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${1:-$ROOT/.venv-trl}"
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+
+"$PYTHON" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+"${PIP[@]}" install -q --upgrade pip
+"${PIP[@]}" install torch==2.13.0
+"${PIP[@]}" install trl==1.16.0 torch==2.13.0
+echo "TRL venv ready: $VENV"
+"$VENV/bin/python" -c "import trl, torch, transformers; print('trl', trl.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
