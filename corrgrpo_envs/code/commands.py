@@ -39,7 +39,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _precompute(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
     from corrgrpo_envs.code.env import CodeEnv
     from corrgrpo_envs.sandbox import SandboxPool

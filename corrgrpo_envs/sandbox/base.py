@@ -11,7 +11,6 @@ group).
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import selectors
@@ -136,6 +135,7 @@ class Sandbox(ABC):
 
     def close(self) -> None:
         """Release what the backend holds (containers); a no-op for process backends."""
+        return None
 
     def __enter__(self) -> Sandbox:
         return self
@@ -162,7 +162,7 @@ class Sandbox(ABC):
             status_r, status_w = os.pipe()
             header = {**header, "status_fd": status_w}
             pass_fds = (status_w,)
-        payload = json.dumps(header).encode() + b"\n" + program.encode("utf-8", "replace")
+        payload = repr(header).encode() + b"\n" + program.encode("utf-8", "replace")
         start = time.perf_counter()
         try:
             proc = subprocess.Popen(

