@@ -309,16 +309,33 @@ def test_shuffling_rows_permutes_advantages(batch, estimator) -> None:
 
 @PROPERTY_SETTINGS
 @given(batches(nan=True), st.sampled_from(["corrgrpo", "grpo", "mo_grpo", "gdpo"]), st.booleans())
-def test_matches_per_group_loop_reference(batch, estimator, padded) -> None:
+def test_matches_per_group_loop_reference(batch, estimator, counting) -> None:
     rewards, ids, weights = batch
-    fill = adv.PADDED_LAYOUT_MAX_FILL
-    try:  # both layouts of the group statistics must agree with the loop
-        adv.PADDED_LAYOUT_MAX_FILL = float("inf") if padded else 0.0
-        result = compute_advantages(rewards, ids, estimator, weights=weights)
+    factor = adv.DENSE_ID_RANGE_FACTOR
+    try:  # both ways of mapping group ids to rows (counting pass, sort) must agree
+        adv.DENSE_ID_RANGE_FACTOR = factor if counting else -10**6
+        result = compute_advantages(rewards, ids - 50, estimator, weights=weights)
     finally:
-        adv.PADDED_LAYOUT_MAX_FILL = fill
+        adv.DENSE_ID_RANGE_FACTOR = factor
     expected = loop_reference(rewards, ids, weights, estimator)
     np.testing.assert_allclose(result.advantages.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+@PROPERTY_SETTINGS
+@given(batches(nan=True))
+def test_sums_equal_the_explicit_covariance_and_correlation_matrices(batch) -> None:
+    rewards, ids, weights = batch
+    groups = group_rewards(rewards, ids, weights)
+    cov, corr = groups.covariance(), groups.correlation()
+    torch.testing.assert_close(groups.s_cov, cov.sum(dim=(1, 2)).clamp(min=0), atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(groups.s_corr, corr.sum(dim=(1, 2)).clamp(min=0), atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(groups.var, torch.diagonal(cov, dim1=1, dim2=2))
+    assert groups.group_keys.tolist() == sorted(set(ids.tolist()))
+    # the one-matmul batch mean of the correlation matrices
+    stats = compute_advantages(rewards, ids, weights=weights).stats
+    both = (groups.active.unsqueeze(2) & groups.active.unsqueeze(1)).double().sum(dim=0)
+    expected = torch.where(both > 0, corr.sum(dim=0) / both.clamp(min=1), 0.0)
+    torch.testing.assert_close(stats.mean_correlation, expected)
 
 
 # --------------------------------------------------------------------------- #

@@ -14,9 +14,12 @@ weighted components ``c_ik`` and ``N_i = sum_k c_ik``:
 Implementation notes:
 
 - All group statistics are computed once per call by :func:`group_rewards`
-  (one ``torch.unique``, ``index_add_`` over the sorted group index, no Python
-  loop over groups) in float64; estimators are small pure tensor functions that
-  read the resulting :class:`RewardGroups`. The returned advantages are float32.
+  in float64 without a Python loop over groups: ``index_add_`` over a dense
+  group index. Only O(N K) work is needed: the sum of a group's covariance
+  matrix is the variance of ``N_i``, the sum of its correlation matrix is the
+  variance of ``sum_k c_ik / std_q(c_k)``, and a covariance row sum is
+  ``Cov(c_k, N)``. Estimators are small pure tensor functions of the resulting
+  :class:`RewardGroups`. The returned advantages are float32.
 - NaN marks a component that does not apply to a response. It is left out of
   its component's group mean and its centred value is 0, so it adds nothing to
   the numerator nor to the (co)variances; the (co)variances still divide by
@@ -35,6 +38,7 @@ import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -74,9 +78,9 @@ NEAR_CANCELLING_S_CORR = 1e-3
 
 DEFAULT_EPS = 1e-6
 
-#: The padded [G, max group size, K] layout is used while it holds at most this
-#: many times N slots (equal group sizes: exactly N); beyond, scatter over rows.
-PADDED_LAYOUT_MAX_FILL = 4.0
+#: Group ids within a range of at most this many times N (plus 1024) are mapped
+#: to rows with a counting pass; otherwise with a sort (``torch.unique``).
+DENSE_ID_RANGE_FACTOR = 4
 
 Estimator = Callable[..., torch.Tensor]
 _ESTIMATORS: dict[str, Estimator] = {}
@@ -99,11 +103,12 @@ class RewardGroups:
         weights: ``[K]`` float64 reward weights.
         present: ``[N, K]`` bool, not NaN.
         valid: ``[N]`` bool, the response has at least one non-NaN component.
-        centred: ``[N, K]`` unweighted rewards minus their group mean, NaN -> 0.
+        centred: ``[N, K]`` unweighted rewards minus their group mean; 0 for NaN
+            and for constant components.
         weighted: ``[N, K]`` ``centred * weights`` (``c_ik`` of method.md).
-        cov: ``[G, K, K]`` unbiased covariance of the weighted components.
-        active: ``[G, K]`` bool, the weighted component varies within the group.
+        var: ``[G, K]`` unbiased variance of the weighted components.
         std: ``[G, K]`` unbiased standard deviation of the unweighted components.
+        active: ``[G, K]`` bool, the component varies within the group.
     """
 
     index: torch.Tensor
@@ -115,9 +120,9 @@ class RewardGroups:
     valid: torch.Tensor
     centred: torch.Tensor
     weighted: torch.Tensor
-    cov: torch.Tensor
-    active: torch.Tensor
+    var: torch.Tensor
     std: torch.Tensor
+    active: torch.Tensor
 
     @property
     def num_groups(self) -> int:
@@ -126,6 +131,58 @@ class RewardGroups:
     @property
     def num_components(self) -> int:
         return int(self.rewards.shape[1])
+
+    def group_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """Per-group sums ``[G, ...]`` of per-response ``values`` ``[N, ...]``."""
+        out = values.new_zeros((self.num_groups, *values.shape[1:]))
+        return out.index_add_(0, self.index, values)
+
+    def per_response(self, values: torch.Tensor) -> torch.Tensor:
+        """Broadcast per-group ``values`` ``[G, ...]`` to the responses ``[N, ...]``."""
+        return values.index_select(0, self.index)
+
+    @cached_property
+    def dof(self) -> torch.Tensor:
+        """``[G]`` ``max(n_q - 1, 1)``: a group of size 1 has zero (co)variance."""
+        return (self.counts - 1.0).clamp(min=1.0)
+
+    @cached_property
+    def numerator(self) -> torch.Tensor:
+        """``[N]`` ``N_i = sum_k c_ik = t_i - mean_q t`` (GRPO's and CorrGRPO's numerator)."""
+        return self.weighted.sum(dim=1)
+
+    @cached_property
+    def inv_std(self) -> torch.Tensor:
+        """``[G, K]`` ``1 / std_q(c_k)`` for active components, else 0."""
+        return torch.where(self.active, self.var.clamp(min=_TINY).rsqrt(), 0.0)
+
+    @cached_property
+    def s_cov(self) -> torch.Tensor:
+        """``[G]`` GRPO's variance sum: all entries of the covariance matrix, ``var_q(N)``."""
+        return self.group_sum(self.numerator.square()) / self.dof
+
+    @cached_property
+    def s_corr(self) -> torch.Tensor:
+        """``[G]`` sum of all entries of the correlation matrix over active components.
+
+        ``sum_kl C_kl = var_q(sum_k c_k / std_q(c_k))``, hence >= 0.
+        """
+        standardised = (self.weighted * self.per_response(self.inv_std)).sum(dim=1)
+        return self.group_sum(standardised.square()) / self.dof
+
+    def covariance(self) -> torch.Tensor:
+        """``[G, K, K]`` covariance matrices of the weighted components (O(N K^2), on demand)."""
+        n, k = self.weighted.shape
+        outer = (self.weighted.unsqueeze(2) * self.weighted.unsqueeze(1)).reshape(n, k * k)
+        return (self.group_sum(outer) / self.dof[:, None]).reshape(-1, k, k)
+
+    def correlation(self) -> torch.Tensor:
+        """``[G, K, K]`` correlation matrices; rows/columns of constant components are 0."""
+        u = self.inv_std
+        return self.covariance() * u.unsqueeze(2) * u.unsqueeze(1)
+
+
+_TINY = torch.finfo(torch.float64).tiny
 
 
 def _as_tensor(x: Any, name: str) -> torch.Tensor:
@@ -185,69 +242,19 @@ def _is_int(t: torch.Tensor) -> bool:
     return t.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
-def _active_mask(variance: torch.Tensor, abs_max: torch.Tensor) -> torch.Tensor:
-    """``[..]`` bool: variance above the round-off tolerance of method.md."""
-    return variance > ACTIVITY_RTOL * torch.clamp(abs_max, min=1.0).square()
-
-
-def _padded_statistics(
-    filled: torch.Tensor,
-    present: torch.Tensor,
-    w: torch.Tensor,
-    order: torch.Tensor,
-    sorted_index: torch.Tensor,
-    group_sizes: torch.Tensor,
-    max_size: int,
-    dof: torch.Tensor,
-) -> tuple[torch.Tensor, ...]:
-    """Group statistics through a zero-padded ``[G, max_size, K]`` layout (batched matmul).
-
-    Padding slots count as "not present", exactly like NaN entries.
-    """
-    n, k = filled.shape
-    num_groups = group_sizes.shape[0]
-    starts = torch.cumsum(group_sizes, 0) - group_sizes
-    slot_sorted = sorted_index * max_size + (
-        torch.arange(n, device=filled.device) - starts[sorted_index]
-    )
-    slot = torch.empty_like(slot_sorted).index_put_((order,), slot_sorted)  # [N] original order
-    padded = filled.new_zeros(num_groups * max_size, k).index_put_((slot,), filled)
-    mask = filled.new_zeros(num_groups * max_size, k).index_put_((slot,), present.to(filled.dtype))
-    padded = padded.view(num_groups, max_size, k)
-    mask = mask.view(num_groups, max_size, k)
-    mean = padded.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # [G, K]
-    centred_p = (padded - mean.unsqueeze(1)) * mask
-    weighted_p = centred_p * w
-    cov = torch.bmm(weighted_p.transpose(1, 2), weighted_p) / dof[:, None, None]
-    var_raw = centred_p.square().sum(dim=1) / dof[:, None]
-    abs_max = (padded * w).abs().amax(dim=1)
-    centred = centred_p.view(-1, k)[slot]
-    return centred, centred * w, cov, var_raw, abs_max
-
-
-def _scattered_statistics(
-    filled: torch.Tensor,
-    present: torch.Tensor,
-    w: torch.Tensor,
-    index: torch.Tensor,
-    num_groups: int,
-    dof: torch.Tensor,
-) -> tuple[torch.Tensor, ...]:
-    """Group statistics through ``index_add_`` / ``scatter_reduce`` over ``[N, ...]`` rows."""
-    n, k = filled.shape
-    presentf = present.to(filled.dtype)
-    sums = filled.new_zeros(num_groups, 2 * k).index_add_(0, index, torch.cat([filled, presentf], 1))
-    mean = sums[:, :k] / sums[:, k:].clamp(min=1.0)
-    centred = (filled - mean[index]) * presentf
-    weighted = centred * w
-    outer = (weighted.unsqueeze(2) * weighted.unsqueeze(1)).reshape(n, k * k)
-    cov = filled.new_zeros(num_groups, k * k).index_add_(0, index, outer)
-    cov = (cov / dof[:, None]).reshape(num_groups, k, k)
-    var_raw = filled.new_zeros(num_groups, k).index_add_(0, index, centred.square()) / dof[:, None]
-    abs_max = filled.new_zeros(num_groups, k).scatter_reduce(
-        0, index[:, None].expand(n, k), (filled * w).abs(), reduce="amax", include_self=True
-    )
-    return centred, weighted, cov, var_raw, abs_max
+def _group_index(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sorted unique ids ``[G]``, each response's group row ``[N]`` and group sizes ``[G]``."""
+    n = g.shape[0]
+    lo, hi = (int(v) for v in torch.aminmax(g))
+    if hi - lo < DENSE_ID_RANGE_FACTOR * n + 1024:  # counting pass, no sort
+        shifted = g - lo
+        sizes_all = torch.bincount(shifted, minlength=hi - lo + 1)
+        seen = sizes_all > 0
+        keys = torch.nonzero(seen).squeeze(1)
+        row_of_id = torch.cumsum(seen, 0) - 1
+        return keys + lo, row_of_id.index_select(0, shifted), sizes_all.index_select(0, keys)
+    keys, index, sizes = torch.unique(g, sorted=True, return_inverse=True, return_counts=True)
+    return keys, index, sizes
 
 
 def group_rewards(rewards: Any, group_ids: Any, weights: Any = None) -> RewardGroups:
@@ -263,35 +270,31 @@ def group_rewards(rewards: Any, group_ids: Any, weights: Any = None) -> RewardGr
     """
     r, g, w = _validate(rewards, group_ids, weights)
     n, k = r.shape
-    # one sort gives the groups, their sizes and each response's slot in its group
-    if bool((g[1:] >= g[:-1]).all()):  # already sorted (contiguous groups): skip the sort
-        sorted_ids, order = g, torch.arange(n, device=g.device)
-    else:
-        sorted_ids, order = torch.sort(g, stable=True)
-    group_keys, sorted_index, group_sizes = torch.unique_consecutive(
-        sorted_ids, return_inverse=True, return_counts=True
-    )
+    group_keys, index, sizes = _group_index(g)
     num_groups = group_keys.shape[0]
-    index = torch.empty_like(sorted_index).index_put_((order,), sorted_index)
-    counts = group_sizes.to(torch.float64)
-    dof = (counts - 1.0).clamp(min=1.0)  # a group of size 1 has zero (co)variance
+    counts = sizes.to(r.dtype)
+    dof = (counts - 1.0).clamp(min=1.0)
 
     present = ~torch.isnan(r)
+    presentf = present.to(r.dtype)
     filled = torch.where(present, r, 0.0)
-    max_size = int(group_sizes.max())
-    if num_groups * max_size <= PADDED_LAYOUT_MAX_FILL * n:
-        stats = _padded_statistics(filled, present, w, order, sorted_index, group_sizes, max_size, dof)
-    else:  # very uneven group sizes: scatter into [G, ...] instead of padding
-        stats = _scattered_statistics(filled, present, w, index, num_groups, dof)
-    centred, weighted, cov, var_raw, abs_max = stats
-    active = _active_mask(torch.diagonal(cov, dim1=1, dim2=2), abs_max)
+    # one index_add_ for the sums and counts of present values: [N, 2K] -> [G, 2K]
+    sums = r.new_zeros(num_groups, 2 * k).index_add_(0, index, torch.cat([filled, presentf], 1))
+    mean = sums[:, :k] / sums[:, k:].clamp(min=1.0)
+    centred = (filled - mean.index_select(0, index)) * presentf
+    weighted = centred * w
+    squares = r.new_zeros(num_groups, 2 * k).index_add_(
+        0, index, torch.cat([weighted, centred], 1).square()
+    )
+    var = squares[:, :k] / dof[:, None]
+    abs_max = r.new_zeros(num_groups, k).scatter_reduce_(
+        0, index.unsqueeze(1).expand(n, k), (filled * w).abs(), reduce="amax"
+    )
+    active = var > ACTIVITY_RTOL * abs_max.clamp(min=1.0).square()
     # a constant component centres to exactly 0: drop the round-off of its mean
     # (it would otherwise leak into the numerator, e.g. 1e-8 / sqrt(eps) = 1e-5)
     activef = active.to(r.dtype)
-    keep = activef[index]
-    centred, weighted = centred * keep, weighted * keep
-    cov = cov * activef.unsqueeze(2) * activef.unsqueeze(1)
-    var_raw = var_raw * activef
+    keep = activef.index_select(0, index)
     return RewardGroups(
         index=index,
         group_keys=group_keys,
@@ -300,33 +303,22 @@ def group_rewards(rewards: Any, group_ids: Any, weights: Any = None) -> RewardGr
         weights=w,
         present=present,
         valid=present.any(dim=1),
-        centred=centred,
-        weighted=weighted,
-        cov=cov,
+        centred=centred * keep,
+        weighted=weighted * keep,
+        var=var * activef,
+        std=(squares[:, k:] / dof[:, None] * activef).sqrt(),
         active=active,
-        std=var_raw.sqrt(),
     )
 
 
-def _correlation(cov: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-    """Pearson correlation matrices with zero rows/columns for inactive components.
-
-    Args:
-        cov: ``[..., K, K]`` covariance matrices.
-        active: ``[..., K]`` bool; rows and columns of inactive components are 0
-            (diagonal included), so the correlation matrix stays PSD.
-
-    Returns:
-        ``[..., K, K]`` correlation matrices.
-    """
-    diag = torch.diagonal(cov, dim1=-2, dim2=-1)
-    u = torch.where(active, diag.clamp(min=torch.finfo(cov.dtype).tiny).rsqrt(), 0.0)
-    return cov * u.unsqueeze(-1) * u.unsqueeze(-2)
-
-
 def _correlation_sum(cov: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-    """``[...]`` ``max(0, sum_kl C_kl)`` of the correlation matrices of ``cov`` ``[..., K, K]``."""
-    return _correlation(cov, active).sum(dim=(-2, -1)).clamp(min=0.0)
+    """``max(0, sum_kl C_kl)`` of the correlation matrix of a covariance matrix ``[K, K]``.
+
+    ``active`` ``[K]``: rows and columns of inactive components are 0 (diagonal
+    included), so the correlation matrix stays PSD.
+    """
+    u = torch.where(active, torch.diagonal(cov).clamp(min=_TINY).rsqrt(), 0.0)
+    return (cov * u.unsqueeze(1) * u.unsqueeze(0)).sum().clamp(min=0.0)
 
 
 def _masked_standardise(x: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
@@ -405,10 +397,9 @@ def grpo_advantages(
     ``S_cov`` sums all entries of the group covariance matrix.
     """
     eps = _check_eps(eps)
-    numerator = groups.weighted.sum(dim=1)  # [N]
+    numerator = groups.numerator  # [N]
     if scale == "group":
-        s_cov = groups.cov.sum(dim=(1, 2)).clamp(min=0.0)  # [G]
-        return numerator / (s_cov.sqrt() + eps)[groups.index]
+        return numerator / groups.per_response(groups.s_cov.sqrt() + eps)
     if scale == "batch":
         vals = numerator[groups.valid]
         std = vals.std() if vals.numel() > 1 else vals.new_zeros(())
@@ -442,9 +433,8 @@ def corrgrpo_advantages(
             blow-up of near-cancelling groups; None (default) is paper-exact.
     """
     eps = _check_eps(eps)
-    s_corr = _correlation_sum(groups.cov, groups.active)  # [G]
-    denominator = _corrgrpo_denominator(s_corr, eps, min_denominator)
-    return groups.weighted.sum(dim=1) / denominator[groups.index]
+    denominator = _corrgrpo_denominator(groups.s_corr, eps, min_denominator)  # [G]
+    return groups.numerator / groups.per_response(denominator)
 
 
 def _corrgrpo_denominator(
@@ -465,9 +455,8 @@ def _corrgrpo_denominator(
 
 def _weighted_z(groups: RewardGroups, eps: float) -> torch.Tensor:
     """``[N, K]`` ``w_k z_ik``: per-component group z-scores (0 for constant components)."""
-    std = groups.std[groups.index]  # [N, K]
-    z = groups.centred / (std + eps)
-    return torch.where(groups.active[groups.index], z, 0.0) * groups.weights
+    # centred values of constant components are 0, so their z is 0
+    return groups.centred / groups.per_response(groups.std + eps) * groups.weights
 
 
 @register_estimator("mo_grpo")
@@ -509,8 +498,8 @@ def gdpo_corr_advantages(groups: RewardGroups, *, eps: float = DEFAULT_EPS) -> t
         return torch.zeros_like(advantage)
     centred = rows - rows.mean(dim=0)
     cov = centred.T @ centred / (rows.shape[0] - 1)  # [K, K]
-    active = _active_mask(torch.diagonal(cov), rows.abs().amax(dim=0))
-    s = _correlation_sum(cov, active)
+    scale = rows.abs().amax(dim=0).clamp(min=1.0).square()
+    s = _correlation_sum(cov, torch.diagonal(cov) > ACTIVITY_RTOL * scale)
     return (advantage - advantage[groups.valid].mean()) / (s + eps).sqrt()
 
 
@@ -600,29 +589,32 @@ def diagnose(
 
     ``eps`` and ``min_denominator`` are those of GRPO/CorrGRPO used for ``c_q``.
     """
-    cov, active = groups.cov, groups.active
-    s_cov = cov.sum(dim=(1, 2)).clamp(min=0.0)  # [G]
-    corr = _correlation(cov, active)  # [G, K, K]
-    s_corr = corr.sum(dim=(1, 2)).clamp(min=0.0)  # [G]
+    active, dtype = groups.active, groups.var.dtype
+    s_cov, s_corr = groups.s_cov, groups.s_corr  # [G]
     c_q = (s_cov.sqrt() + eps) / _corrgrpo_denominator(s_corr, eps, min_denominator)
-    has_cov = s_cov > 0
-    cov_share = torch.where(
-        has_cov[:, None], cov.sum(dim=2) / torch.where(has_cov, s_cov, 1.0)[:, None], 0.0
-    )
-    k_active = active.sum(dim=1).to(cov.dtype)
+    # share of S_cov: covariance row sums sum_l Cov(c_k, c_l) = Cov(c_k, N), over S_cov;
+    # undefined (0) where S_cov is round-off (e.g. components that cancel)
+    row_sums = groups.group_sum(groups.weighted * groups.numerator.unsqueeze(1)) / groups.dof[:, None]
+    has_cov = s_cov > ACTIVITY_RTOL * groups.var.sum(dim=1).clamp(min=1.0)
+    cov_share = torch.where(has_cov[:, None], row_sums / torch.where(has_cov, s_cov, 1.0)[:, None], 0.0)
+    k_active = active.sum(dim=1).to(dtype)
     zero_variance = k_active == 0
     near_cancelling = ~zero_variance & (s_corr < NEAR_CANCELLING_S_CORR)
     defined = ~zero_variance & ~near_cancelling
     k_eff = torch.where(defined, k_active.square() / torch.where(defined, s_corr, 1.0), math.nan)
     c_q = torch.where(zero_variance, math.nan, c_q)
 
-    both = (active.unsqueeze(2) & active.unsqueeze(1)).to(cov.dtype)
-    n_both = both.sum(dim=0)
-    mean_correlation = torch.where(n_both > 0, corr.sum(dim=0) / n_both.clamp(min=1.0), 0.0)
+    # sum over groups of the correlation matrices: one [K, N] x [N, K] product of
+    # the standardised components, each group's rows scaled by 1 / (n_q - 1)
+    z = groups.weighted * groups.per_response(groups.inv_std)
+    corr_sum = (z * groups.per_response(1.0 / groups.dof).unsqueeze(1)).T @ z
+    activef = active.to(dtype)
+    n_both = activef.T @ activef  # [K, K] groups where both components vary
+    mean_correlation = torch.where(n_both > 0, corr_sum / n_both.clamp(min=1.0), 0.0)
     if has_cov.any():
         mean_cov_share = cov_share[has_cov].mean(dim=0)
     else:
-        mean_cov_share = cov.new_zeros(groups.num_components)
+        mean_cov_share = s_cov.new_zeros(groups.num_components)
     return AdvantageStats(
         group_keys=groups.group_keys,
         s_cov=s_cov,
@@ -633,7 +625,7 @@ def diagnose(
         zero_variance=zero_variance,
         near_cancelling=near_cancelling,
         mean_correlation=mean_correlation,
-        zero_variance_fraction=float(zero_variance.to(cov.dtype).mean()),
+        zero_variance_fraction=float(zero_variance.to(dtype).mean()),
         num_near_cancelling=int(near_cancelling.sum()),
         mean_cov_share=mean_cov_share,
     )
