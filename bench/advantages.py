@@ -6,7 +6,11 @@ its diagnostics, as the trainer calls it) is timed side by side with a
 straightforward float64 reference that loops over the groups in Python; the
 two must agree. Prints ms per call and the speed ratio.
 
-    python bench/advantages.py [--groups 1024] [--group-size 8] [--components 7] [--threads 2]
+    python bench/advantages.py [--groups 1024] [--group-size 8] [--components 7] [--threads 1]
+
+One torch thread by default: at this size (N x K = 57k values) intra-op
+parallelism gains little, and on a shared, oversubscribed CPU its thread
+hand-offs can make each call 100x slower.
 """
 
 from __future__ import annotations
@@ -105,7 +109,9 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=1024)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--components", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (default 1; 0: leave as is)"
+    )
     parser.add_argument("--seconds", type=float, default=1.0, help="timing budget per estimator")
     args = parser.parse_args()
     if args.threads:
