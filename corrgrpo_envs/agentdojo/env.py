@@ -123,6 +123,9 @@ class AgentDojoEnv(MultiRewardEnv):
         on_malformed: ``"end"`` (invalid reward) or ``"error_message"``.
         model_name: the victim's name written into attack texts (see ``attacks``).
         system_message: overrides AgentDojo's default system message.
+        deterministic_clock: stamp emails and files the agent creates from a fixed
+            episode clock (2025-01-01 09:00:00, +1 s per stamp) rather than the
+            wall clock, so that episodes replay identically.
         reward_weights: weights of (utility, security); default (1, 1).
     """
 
@@ -140,6 +143,7 @@ class AgentDojoEnv(MultiRewardEnv):
         on_malformed: str = "end",
         model_name: str = DEFAULT_MODEL_NAME,
         system_message: str | None = None,
+        deterministic_clock: bool = True,
         reward_weights: Sequence[float] | None = (1.0, 1.0),
         max_action_chars: int = MAX_ACTION_CHARS,
         render_mode: str | None = None,
@@ -177,6 +181,7 @@ class AgentDojoEnv(MultiRewardEnv):
         self.clean_security = clean_security
         self.on_malformed = on_malformed
         self.model_name = model_name
+        self.deterministic_clock = bool(deterministic_clock)
         self._suites = benchmark_suites(benchmark_version)
         if system_message is None:
             from agentdojo.agent_pipeline.agent_pipeline import load_system_message
@@ -201,7 +206,7 @@ class AgentDojoEnv(MultiRewardEnv):
         suite = self._suites[case.suite]
         injections = case_injections(suite, case, self.benchmark_version, self.model_name)
         environment = load_environment(suite, self.benchmark_version, injections)
-        return AgentDojoEpisode(suite, case, environment)
+        return AgentDojoEpisode(suite, case, environment, self.deterministic_clock)
 
     # ----------------------------------------------------------------- hooks
     def _observe_task(self, task: Task) -> dict:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corrgrpo_envs.agentdojo.cases import Case
+from corrgrpo_envs.agentdojo.clock import EpisodeClock, use_clock
 
 __all__ = ["ToolResult", "Scores", "AgentDojoEpisode", "load_environment", "tool_schemas"]
 
@@ -110,9 +111,13 @@ class AgentDojoEpisode:
         case: the case being played.
         environment: the suite's environment with the case's injections planted
             (owned by the episode from now on).
+        deterministic_clock: stamp new emails and files from an episode clock
+            (see ``clock``) instead of the wall clock.
     """
 
-    def __init__(self, suite: Any, case: Case, environment: Any):
+    def __init__(
+        self, suite: Any, case: Case, environment: Any, deterministic_clock: bool = True
+    ):
         from agentdojo.functions_runtime import FunctionsRuntime
 
         self.suite = suite
@@ -126,6 +131,7 @@ class AgentDojoEpisode:
         self.pre_environment = self.environment.model_copy(deep=True)
         self.runtime = FunctionsRuntime(suite.tools)
         self.trace: list[Any] = []  # every FunctionCall the agent made, as AgentDojo records it
+        self.clock = EpisodeClock() if deterministic_clock else None
 
     @property
     def prompt(self) -> str:
@@ -152,9 +158,10 @@ class AgentDojoEpisode:
             tool_calls=[function_call],
         )
         try:
-            _, _, self.environment, messages, _ = ToolsExecutor().query(
-                "", self.runtime, self.environment, [message]
-            )
+            with use_clock(self.clock):
+                _, _, self.environment, messages, _ = ToolsExecutor().query(
+                    "", self.runtime, self.environment, [message]
+                )
             result = messages[-1]
         except Exception as exc:  # e.g. a result AgentDojo's formatter rejects
             error = f"{type(exc).__name__}: {exc}"
