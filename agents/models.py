@@ -225,11 +225,15 @@ def _convert_smollm2(out: Path) -> None:
     gguf = smollm2_gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    # the weights are dequantized on load; the copy is a plain float32 checkpoint
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.config.name_or_path = "SmolLM2-135M-Instruct"
-    model.save_pretrained(out)
+    # the weights are dequantized on load; re-home them in a plain model so the copy is an
+    # ordinary float32 checkpoint (transformers refuses to save a model marked as GGUF-quantized)
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(model.state_dict())
+    plain.generation_config = model.generation_config
+    plain.save_pretrained(out)
     tokenizer.save_pretrained(out)
 
 
