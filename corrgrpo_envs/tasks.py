@@ -51,6 +51,11 @@ def hash_split(key: str, eval_fraction: float = 0.2) -> str:
     return "eval" if hash_fraction(key) < eval_fraction else "train"
 
 
+def task_id(task: Task) -> str:
+    """A task's id: the default split key (a module-level function, so sources pickle)."""
+    return task.id
+
+
 class TaskSource(Sequence[Task]):
     """An ordered collection of tasks with lookup by id.
 
@@ -75,7 +80,7 @@ class TaskSource(Sequence[Task]):
     ):
         self._tasks: tuple[Task, ...] = tuple(tasks)
         self.name = name
-        self._split_key = split_key or (lambda t: t.id)
+        self._split_key = split_key or task_id
         self._split_of = split_of
         self.eval_fraction = eval_fraction
         self._index: dict[str, int] = {}
