@@ -16,13 +16,19 @@ hand-offs can make each call 100x slower.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from trainer.advantages import compute_advantages
+# run as a script, bench/ comes first on sys.path and bench/trainer.py would
+# shadow the trainer package
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+from trainer.advantages import compute_advantages  # noqa: E402
 
 EPS = 1e-6
 ACTIVITY_RTOL = 1e-12
