@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 #: Bumped whenever the tiny model's recipe changes, so stale caches are not reused.
-TINY_VERSION = 1
+TINY_VERSION = 2
 TINY_VOCAB_SIZE = 2048
 TINY_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -107,12 +107,25 @@ def _tiny_corpus(seed: int, lines: int = 3000) -> list[str]:
 
 
 def _tiny_tokenizer(seed: int) -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    """A byte-level BPE trained on :func:`_tiny_corpus`, wrapped as a ``Qwen2Tokenizer``.
+
+    It pre-tokenizes like Qwen2 (same split regex, NFC), so the copy ``AutoTokenizer``
+    loads from the cache (which picks the class from the Qwen2 config) is the same tokenizer.
+    """
+    import json
+
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers import Qwen2Tokenizer
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     trainer = trainers.BpeTrainer(
         vocab_size=TINY_VOCAB_SIZE,
         special_tokens=TINY_SPECIAL_TOKENS,
@@ -120,12 +133,15 @@ def _tiny_tokenizer(seed: int) -> Any:
         show_progress=False,
     )
     tok.train_from_iterator(_tiny_corpus(seed), trainer=trainer)
+    merges = [tuple(pair) for pair in json.loads(tok.to_str())["model"]["merges"]]
     template = (Path(__file__).with_name("tiny_chat_template.jinja")).read_text(encoding="utf-8")
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
+    return Qwen2Tokenizer(
+        vocab=tok.get_vocab(),
+        merges=merges,
+        unk_token=None,
         eos_token="<|im_end|>",
         pad_token="<|pad|>",
-        additional_special_tokens=["<|endoftext|>", "<|im_start|>"],
+        extra_special_tokens=["<|endoftext|>", "<|im_start|>"],
         padding_side="left",
         truncation_side="left",
         chat_template=template,
