@@ -1,0 +1,334 @@
+"""corrgrpo side by side with Hugging Face TRL on the tiny offline anchor setting.
+
+The setting is ``../shared/anchors`` (README there): the anchor's tokenizer and random-init
+Qwen2 (558,208 parameters), 64 prompts, the three rewards (uncapped digit count, has 'a',
+has 'b'), 8 prompts x 8 rollouts, 32 new tokens, temperature 1, AdamW lr 1e-3 with linear decay
+over 20 steps, grad norm 1.0, clip 0.2, no KL, one update per batch, float32. corrgrpo runs it
+from ``env_configs/anchor_grpo.yaml`` (``corrgrpo train``, TensorBoard and progress bar off);
+TRL runs it through the anchor script's ``--child`` mode in its own virtual environment
+(``scripts/trl_venv.sh``). Every run is a fresh process; the configurations are interleaved
+round-robin so that the machine's drifting load hits them alike.
+
+Reported per configuration (median and min-max over rounds): seconds per step (median over
+steps 3-20 of each run: corrgrpo's ``time/step`` from ``metrics.jsonl``, TRL's step interval),
+the generation and update parts of a step, the peak RSS of the process (``ru_maxrss``), and the
+mean reward per component at each step; then the ratios corrgrpo / TRL with the same loss.
+
+    scripts/trl_venv.sh                              # once: .venv-trl with torch 2.13.0 + trl 1.16.0
+    .venv/bin/python bench/vs_trl.py --rounds 3      # table + runs/vs_trl/results.json
+    .venv/bin/python bench/vs_trl.py --profile       # also: cProfile of one corrgrpo run
+
+The two trainers differ in what a "step" times: corrgrpo's ``time/step`` spans rollout, rewards,
+advantages and the update; TRL's interval also includes its logging callbacks (small here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("CORRGRPO_SHARED", ROOT.parent / "shared"))
+ANCHOR_SCRIPT = SHARED / "anchors" / "trl_grpo_tiny.py"
+ANCHOR_TOKENIZER = SHARED / "anchors" / "tiny_bpe_1024.tokenizer.json"
+CONFIG = ROOT / "env_configs" / "anchor_grpo.yaml"
+WARMUP = 2  # the step-time median is over steps 3..N, as in the anchor
+
+# name -> (framework, estimator, loss). TRL has no estimator choice: its GRPO advantage is the
+# sum of the weighted rewards normalised by the group std (scale_rewards="group").
+CONFIGS: dict[str, tuple[str, str | None, str]] = {
+    "corrgrpo:grpo+grpo": ("corrgrpo", "grpo", "grpo"),
+    "corrgrpo:grpo+dapo": ("corrgrpo", "grpo", "dapo"),
+    "corrgrpo:corrgrpo+grpo": ("corrgrpo", "corrgrpo", "grpo"),
+    "trl:grpo": ("trl", None, "grpo"),
+    "trl:dapo": ("trl", None, "dapo"),
+}
+# the per-component reward keys of each framework's logs
+TRL_REWARD_KEYS = {
+    "digits": "rewards/r1_digits/mean",
+    "has_a": "rewards/r2_has_a/mean",
+    "has_b": "rewards/r3_has_b/mean",
+}
+
+
+def _child_env(threads: int | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    env["PYTHONUNBUFFERED"] = "1"
+    if threads:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = str(threads)
+    return env
+
+
+def _run_measured(cmd: list[str], log: Path, env: dict[str, str], cwd: Path) -> tuple[int, float, float]:
+    """Run ``cmd``; returns ``(exit code, wall seconds, peak RSS MiB)`` of that process alone."""
+    with open(log, "w") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, wall, usage.ru_maxrss / 1024.0  # Linux: KiB
+
+
+def corrgrpo_command(
+    python: str, estimator: str, loss: str, steps: int, out_dir: Path, profile: Path | None = None
+) -> list[str]:
+    """The ``corrgrpo train`` command of one anchor run (optionally under cProfile)."""
+    overrides = [
+        f"model.tokenizer_file={ANCHOR_TOKENIZER}",
+        f"algorithm.estimator={estimator}",
+        f"algorithm.loss={loss}",
+        # TRL's dapo loss_type is the token-level mean with epsilon_high = epsilon and no
+        # dynamic sampling; corrgrpo's dapo defaults to 0.28 and dynamic sampling: match TRL
+        "algorithm.clip_high=0.2",
+        "algorithm.dynamic_sampling=false",
+        f"train.steps={steps}",
+        f"train.output_dir={out_dir}",
+        "train.tensorboard=false",
+        "train.progress=false",
+        "train.save_final=false",
+        "train.log_samples=0",
+    ]
+    prefix = [python] + (["-m", "cProfile", "-o", str(profile)] if profile else [])
+    return prefix + ["-m", "trainer.cli", "train", str(CONFIG), *overrides]
+
+
+def trl_command(python: str, loss: str, steps: int, out_dir: Path) -> list[str]:
+    """The anchor script's single-run command (``loss='dapo'`` leaves TRL's default loss_type)."""
+    return [
+        python,
+        str(ANCHOR_SCRIPT),
+        "--child",
+        "--steps",
+        str(steps),
+        "--loss-type",
+        "grpo" if loss == "grpo" else "default",
+        "--output-dir",
+        str(out_dir / "trainer_out"),
+        "--result-json",
+        str(out_dir / "result.json"),
+    ]
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def parse_corrgrpo(out_dir: Path) -> dict[str, Any]:
+    """Step times and per-step rewards from a corrgrpo run folder's ``metrics.jsonl``."""
+    records = [json.loads(ln) for ln in (out_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    steady = records[WARMUP:]
+    return {
+        "step_s": [r["time/step"] for r in records],
+        "median_step_s": _median([r["time/step"] for r in steady]),
+        "median_generate_s": _median([r["time/generate"] for r in steady]),
+        "median_update_s": _median([r["time/update"] for r in steady]),
+        "rewards": {k: [r[f"reward/{k}/mean"] for r in records] for k in TRL_REWARD_KEYS},
+        "completion_length": [r["completion_length/mean"] for r in records],
+    }
+
+
+def parse_trl(out_dir: Path) -> dict[str, Any]:
+    """Step times and per-step rewards from the anchor script's result JSON."""
+    res = json.loads((out_dir / "result.json").read_text())
+    t = res["timing"]
+    steady_gen = t["generate_and_score_s"][WARMUP:]
+    steady = t["step_interval_s"][WARMUP:]
+    return {
+        "step_s": t["step_interval_s"],
+        "median_step_s": t["median_step_interval_s_steps3plus"],
+        # TRL generates, scores and computes advantages in one call; the rest of a step updates
+        "median_generate_s": _median(steady_gen),
+        "median_update_s": _median([a - b for a, b in zip(steady, steady_gen)]),
+        "rewards": {k: [s[v] for s in res["per_step"]] for k, v in TRL_REWARD_KEYS.items()},
+        "completion_length": [s["completions/mean_length"] for s in res["per_step"]],
+        "rss_after_imports_mib": res["peak_rss_after_imports_mib"],
+        "imports_s": t["imports_s"],
+        "versions": res["versions"],
+    }
+
+
+def _spread(xs: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median (min-max) over rounds of each measure, and the round-mean reward trajectories."""
+    out: dict[str, Any] = {}
+    for key in ("median_step_s", "median_generate_s", "median_update_s", "peak_rss_mib", "wall_s"):
+        xs = [r[key] for r in runs if r.get(key) is not None]
+        if xs:
+            out[key] = _spread(xs)
+    n = min(len(r["rewards"]["digits"]) for r in runs)
+    out["rewards_mean_over_rounds"] = {
+        k: [statistics.mean(r["rewards"][k][i] for r in runs) for i in range(n)] for k in TRL_REWARD_KEYS
+    }
+    return out
+
+
+def _ratio(a: dict[str, Any], b: dict[str, Any], key: str) -> dict[str, float] | None:
+    """Ratio of the medians over rounds of `key` (a over b)."""
+    if key not in a or key not in b:
+        return None
+    med = a[key]["median"] / b[key]["median"]
+    return {"median_ratio": med}
+
+
+def _profile_report(profile: Path, top: int = 25) -> str:
+    import io
+
+    buf = io.StringIO()
+    stats = pstats.Stats(str(profile), stream=buf)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3, help="fresh processes per configuration")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--configs", default=",".join(CONFIGS), help="comma list of " + ", ".join(CONFIGS))
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads of every run (OMP_NUM_THREADS); 0 leaves torch's default",
+    )
+    p.add_argument("--out", default=str(ROOT / "runs" / "vs_trl"))
+    p.add_argument("--python", default=sys.executable, help="python of the corrgrpo venv")
+    p.add_argument("--trl-python", default=str(ROOT / ".venv-trl" / "bin" / "python"))
+    p.add_argument("--profile", action="store_true", help="also profile one corrgrpo grpo+grpo run")
+    args = p.parse_args(argv)
+
+    names = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in names if c not in CONFIGS]
+    if unknown:
+        raise ValueError(f"unknown configs {unknown}; known: {list(CONFIGS)}")
+    if not ANCHOR_SCRIPT.is_file() or not ANCHOR_TOKENIZER.is_file():
+        print(f"the anchor is missing under {SHARED / 'anchors'} (set CORRGRPO_SHARED)", file=sys.stderr)
+        return 2
+    if any(CONFIGS[c][0] == "trl" for c in names) and not Path(args.trl_python).exists():
+        print(f"{args.trl_python} not found: run scripts/trl_venv.sh first", file=sys.stderr)
+        return 2
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = _child_env(args.threads or None)
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in names}
+    for rnd in range(args.rounds):
+        # rotate the order each round so no configuration always runs first (after the idle gap)
+        order = names[rnd % len(names) :] + names[: rnd % len(names)]
+        for name in order:
+            framework, estimator, loss = CONFIGS[name]
+            run_dir = out / f"{name.replace(':', '_').replace('+', '_')}_r{rnd}"
+            if run_dir.exists():
+                for f in ("metrics.jsonl", "result.json"):
+                    (run_dir / f).unlink(missing_ok=True)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if framework == "corrgrpo":
+                cmd = corrgrpo_command(args.python, estimator or "grpo", loss, args.steps, run_dir)
+            else:
+                cmd = trl_command(args.trl_python, loss, args.steps, run_dir)
+            rc, wall, rss = _run_measured(cmd, run_dir / "log.txt", env, ROOT)
+            if rc != 0:
+                print(f"[round {rnd}] {name}: exit {rc}, see {run_dir / 'log.txt'}", flush=True)
+                continue
+            parsed = parse_corrgrpo(run_dir) if framework == "corrgrpo" else parse_trl(run_dir)
+            parsed.update(peak_rss_mib=rss, wall_s=wall, round=rnd)
+            runs[name].append(parsed)
+            r = parsed["rewards"]
+            print(
+                f"[round {rnd}] {name:24s} {parsed['median_step_s']:.3f} s/step  "
+                f"peak RSS {rss:.0f} MiB  wall {wall:.0f} s  digits {r['digits'][0]:.2f} -> "
+                f"{r['digits'][-1]:.2f}  a {r['has_a'][0]:.2f} -> {r['has_a'][-1]:.2f}  "
+                f"b {r['has_b'][0]:.2f} -> {r['has_b'][-1]:.2f}",
+                flush=True,
+            )
+
+    summary = {c: summarize(rs) for c, rs in runs.items() if rs}
+    ratios: dict[str, Any] = {}
+    for name, (framework, _, loss) in CONFIGS.items():
+        base = f"trl:{loss}"
+        if framework != "corrgrpo" or name not in summary or base not in summary:
+            continue
+        ratios[f"{name} / {base}"] = {
+            key: _ratio(summary[name], summary[base], key)
+            for key in ("median_step_s", "median_generate_s", "median_update_s", "peak_rss_mib")
+        }
+        # same-round ratios: a run and the TRL run of the same round ran minutes apart
+        paired = [
+            a["median_step_s"] / b["median_step_s"]
+            for a in runs[name]
+            for b in runs[base]
+            if a["round"] == b["round"]
+        ]
+        if paired:
+            ratios[f"{name} / {base}"]["step_s_same_round"] = _spread(paired)
+
+    print()
+    print(f"{'configuration':26s} {'s/step':>22s} {'generate s':>10s} {'update s':>9s} {'peak RSS MiB':>22s}")
+    for name, s in summary.items():
+        st, rss = s["median_step_s"], s["peak_rss_mib"]
+        print(
+            f"{name:26s} {st['median']:7.3f} ({st['min']:.3f}-{st['max']:.3f}) "
+            f"{s['median_generate_s']['median']:10.3f} {s['median_update_s']['median']:9.3f} "
+            f"{rss['median']:7.0f} ({rss['min']:.0f}-{rss['max']:.0f})"
+        )
+    print()
+    for label, r in ratios.items():
+        st, rss = r["median_step_s"], r["peak_rss_mib"]
+        extra = r.get("step_s_same_round")
+        same = f" (same-round {extra['min']:.2f}-{extra['max']:.2f})" if extra else ""
+        print(
+            f"{label:40s} time/step {st['median_ratio']:.2f}x{same}  "
+            f"peak RSS {rss['median_ratio']:.2f}x"
+        )
+    print()
+    print("reward per component, mean over rounds (step 1 -> 5 -> 10 -> 15 -> last):")
+    for name, s in summary.items():
+        for k, ys in s["rewards_mean_over_rounds"].items():
+            picks = [ys[i] for i in (0, 4, 9, 14) if i < len(ys)] + [ys[-1]]
+            print(f"  {name:26s} {k:7s} " + " -> ".join(f"{y:6.2f}" for y in picks))
+
+    profile_text = None
+    if args.profile:
+        prof_dir = out / "profile"
+        prof_dir.mkdir(exist_ok=True)
+        (prof_dir / "metrics.jsonl").unlink(missing_ok=True)
+        prof = prof_dir / "corrgrpo.prof"
+        cmd = corrgrpo_command(args.python, "grpo", "grpo", args.steps, prof_dir, profile=prof)
+        rc, wall, rss = _run_measured(cmd, prof_dir / "log.txt", env, ROOT)
+        if rc == 0:
+            profile_text = _profile_report(prof)
+            (prof_dir / "profile.txt").write_text(profile_text)
+            print(f"\nprofile of one corrgrpo grpo+grpo run: {prof_dir / 'profile.txt'}")
+
+    results = {
+        "command": " ".join([sys.executable, *sys.argv]),
+        "setting": "../shared/anchors (README), 8 x 8 rollouts, 32 new tokens, float32",
+        "threads": args.threads or "torch default",
+        "cpu_count": os.cpu_count(),
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "runs": runs,
+        "summary": summary,
+        "ratios": ratios,
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    print(f"\nresults: {out / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
