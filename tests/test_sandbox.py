@@ -16,12 +16,17 @@ from corrgrpo_envs.sandbox.docker import docker_available
 LIMITS = Limits(timeout=2.0)
 
 
-@pytest.fixture(scope="module", params=["process", "bwrap"])
+@pytest.fixture(scope="module", params=["process-fork", "process-fresh", "bwrap-fork", "bwrap-fresh"])
 def sandbox(request):
+    backend, reuse = request.param.split("-")
     try:
-        return make_sandbox(request.param, LIMITS)
+        box = make_sandbox(backend, LIMITS, reuse=reuse)
     except SandboxUnavailable as exc:
         pytest.skip(str(exc))
+    if reuse == "fork" and not box.forking:
+        pytest.skip("fork servers need namespaces, unavailable here")
+    yield box
+    box.close()
 
 
 @pytest.mark.parametrize(
@@ -40,6 +45,7 @@ def test_status_of_each_kind_of_ending(sandbox, program, status):
     result = sandbox.run(program)
     assert result.status == status
     assert result.backend == sandbox.name
+    assert result.extra.get("reuse", "fresh") == sandbox.reuse
     assert result.passed == (status == "ok")
     assert result.finished == (status in ("ok", "assertion"))
 
@@ -80,6 +86,20 @@ def test_limits_validation():
     assert Limits(timeout=2.5).rlimits()["RLIMIT_CPU"] == 3
     with pytest.raises(ValueError, match="workers"):
         SandboxPool(make_sandbox("process"), workers=0)
+
+
+def test_reuse_validation():
+    with pytest.raises(ValueError, match="reuse"):
+        make_sandbox("process", reuse="sometimes")
+    with pytest.raises(ValueError, match="max_programs"):
+        make_sandbox("process", max_programs=0)
+
+
+def test_rlimits_only_process_backend_never_forks():
+    assert not make_sandbox("process", isolation="rlimits").forking
+    strict = make_sandbox("process", LIMITS, isolation="rlimits", reuse="fork")
+    result = strict.run("print(1)")
+    assert result.status == "sandbox_error" and "namespaces" in result.stderr
 
 
 def test_unknown_backend():

@@ -13,6 +13,12 @@ unprivileged user namespaces are enabled. Where ``unshare`` does not work at
 all, the backend degrades to resource limits, a private session, a minimal
 environment and a temporary working folder (``isolation == "rlimits"``); the
 ``bwrap`` backend is then the one to use for untrusted code.
+
+With namespaces and ``reuse="auto"`` (default) or ``"fork"``, each worker keeps
+one such namespace alive with a fork server inside as its pid 1
+(:mod:`corrgrpo_envs.sandbox.forkserver`); programs run in forked children.
+Without namespaces there is no pid namespace to clean up after a program, so
+``auto`` runs fresh interpreters there.
 """
 
 from __future__ import annotations
@@ -28,10 +34,10 @@ from corrgrpo_envs.sandbox.base import (
     SANDBOX_CWD,
     Limits,
     RunResult,
-    Sandbox,
     new_token,
     runner_command,
 )
+from corrgrpo_envs.sandbox.forkserver import ForkingSandbox
 
 __all__ = ["ProcessSandbox", "hidden_paths", "interpreter_roots"]
 
@@ -57,8 +63,8 @@ def keep_visible(hidden: list[str], python: str, extra: list[str]) -> list[str]:
     return sorted(set(keep))
 
 
-class ProcessSandbox(Sandbox):
-    """Fresh ``python -I`` per program under namespaces, limits and a wall timeout.
+class ProcessSandbox(ForkingSandbox):
+    """``python -I`` under namespaces, limits and a wall timeout: forked by a server or fresh.
 
     Args:
         limits: default :class:`Limits` for :meth:`run`.
@@ -66,13 +72,17 @@ class ProcessSandbox(Sandbox):
         paths: folders appended to the program's ``sys.path``.
         isolation: ``"auto"`` (namespaces when ``unshare`` works, else
             rlimits only), ``"namespaces"`` (fail if unavailable) or ``"rlimits"``.
+        reuse: ``auto`` (fork servers when namespaces work), ``fork`` or ``fresh``.
+        max_programs: programs one fork server runs before it is replaced.
     """
 
     name = "process"
+    _lock_names = ("_fork_lock", "_lock")
 
     def __init__(self, limits: Limits | None = None, python: str | None = None,
-                 paths: list[str] | None = None, isolation: str = "auto"):
-        super().__init__(limits, python, paths)
+                 paths: list[str] | None = None, isolation: str = "auto", reuse: str = "auto",
+                 max_programs: int = 1000):
+        super().__init__(limits, python, paths, reuse, max_programs)
         if isolation not in ("auto", "namespaces", "rlimits"):
             raise ValueError(f"isolation must be auto, namespaces or rlimits, got {isolation!r}")
         self._wanted = isolation
@@ -110,18 +120,35 @@ class ProcessSandbox(Sandbox):
     def run(self, program: str, limits: Limits | None = None) -> RunResult:
         limits = limits or self.limits
         self._probe()
+        if self.forking:
+            result = self._run_forked(program, limits)
+            if result is not None:
+                result.extra["isolation"] = "namespaces"
+                return result
         if self._prefix:
             return self._run_namespaced(program, limits)
         return self._run_plain(program, limits)
 
-    def _run_namespaced(self, program: str, limits: Limits) -> RunResult:
+    def _fork_unsupported(self) -> str:
+        self._probe()
+        return "" if self._prefix else "fork servers need unshare namespaces, unavailable here"
+
+    def _server_prefix(self, limits: Limits) -> list[str]:
+        self._probe()
+        return list(self._prefix or [])
+
+    def _server_config(self, limits: Limits) -> dict:
+        """Mount and capability set-up (what a fresh run's header asks the runner for)."""
         hidden = hidden_paths()
-        header = self._header(
-            new_token(), limits, cwd=SANDBOX_CWD, isolate_fs=True, drop_caps=True,
-            tmpfs=["/tmp", "/var/tmp", "/dev/shm", *hidden],
-            tmpfs_bytes=int(limits.file_size_mb) << 20,
-            keep=keep_visible(hidden, self.python, self.paths),
-        )
+        return {
+            "cwd": SANDBOX_CWD, "isolate_fs": True, "drop_caps": True,
+            "tmpfs": ["/tmp", "/var/tmp", "/dev/shm", *hidden],
+            "tmpfs_bytes": int(limits.file_size_mb) << 20,
+            "keep": keep_visible(hidden, self.python, self.paths),
+        }
+
+    def _run_namespaced(self, program: str, limits: Limits) -> RunResult:
+        header = self._header(new_token(), limits, **self._server_config(limits))
         result = self._run_command([*self._prefix, *runner_command(self.python)], header,
                                    program, limits)
         result.extra["isolation"] = "namespaces"

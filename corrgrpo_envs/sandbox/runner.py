@@ -9,16 +9,30 @@ forge a pass by printing or by exiting early.
 
 The source is kept as a string (:data:`RUNNER_SOURCE`) because it runs in an
 interpreter that cannot import this package (``-S`` drops site-packages).
+
+:data:`SERVER_SOURCE` is the long-lived variant: a fork server that isolates
+itself once, preloads common standard-library modules, and then forks one child
+per program; the child runs the very same bootstrap as the fresh runner. See
+:mod:`corrgrpo_envs.sandbox.forkserver` for the protocol and the host side.
 """
 
 from __future__ import annotations
 
-__all__ = ["RUNNER_SOURCE", "STATUS_OK", "STATUS_ASSERTION"]
+__all__ = ["RUNNER_SOURCE", "SERVER_SOURCE", "PRELOAD_MODULES", "STATUS_OK", "STATUS_ASSERTION"]
 
 STATUS_OK = "ok"
 STATUS_ASSERTION = "assertion"
 
-RUNNER_SOURCE = r'''
+#: Standard-library modules the fork server imports once, before any program
+#: (what judged programs commonly import; each child gets them for free).
+PRELOAD_MODULES = (
+    "abc", "array", "bisect", "collections", "collections.abc", "copy", "dataclasses",
+    "datetime", "decimal", "enum", "fractions", "functools", "hashlib", "heapq", "io",
+    "itertools", "json", "math", "operator", "random", "re", "resource", "statistics",
+    "string", "threading", "time", "typing",
+)
+
+_SHARED_SOURCE = r'''
 import sys, os
 def _corrgrpo_boot():
     # The header is written by the host (trusted) as a Python literal: eval is far cheaper to
@@ -31,6 +45,8 @@ def _corrgrpo_boot():
         _isolate_fs(header)
     if header.get("drop_caps"):
         _drop_caps()
+    if header.get("make_cwd"):
+        os.makedirs(header["cwd"], exist_ok=True)
     os.chdir(header["cwd"])
     for path in header.get("paths", []):
         sys.path.append(path)
@@ -141,6 +157,217 @@ def _drop_caps():
     if libc.capset(header, data) != 0:
         raise OSError(ctypes.get_errno(), "capset failed")
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-
-_corrgrpo_boot()
 '''
+
+RUNNER_SOURCE = _SHARED_SOURCE + "\n_corrgrpo_boot()\n"
+
+# The fork server. argv: the control socket's fd and the server's config (a Python
+# literal). Protocol on the SOCK_SEQPACKET control socket:
+#   server -> host  b"ready"                      once isolated and preloaded
+#   host -> server  b"R <timeout>" + 4 fds        stdin, stdout, stderr, status of one program
+#   host -> server  b"K"                          kill the running program (output cap hit)
+#   server -> host  b"D <kind> <code> <clean>"    kind: exit, timeout or killed; code: exit
+#                                                 code (negative: signal); clean 0: the server
+#                                                 could not restore a clean state and exits
+# The program itself (header and source) travels on its stdin pipe straight to the child,
+# so the server never holds a program's text or output.
+_SERVER_PART = r'''
+def _corrgrpo_serve():
+    import socket, select, signal, time
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    config = eval(sys.argv[2], {"__builtins__": {}})
+    if config.get("isolate_fs"):
+        _isolate_fs(config)
+    if config.get("drop_caps"):
+        _drop_caps()
+    os.chdir("/")
+    for name in config.get("preload", ()):
+        try:
+            __import__(name)
+        except Exception:
+            pass
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    # Not dumpable: a program (same uid) can then neither ptrace the server nor open its
+    # /proc files (memory, fds such as the control socket). Children inherit the flag.
+    libc.prctl(4, 0, 0, 0, 0)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    me = os.getpid()
+    roots = _corrgrpo_writable_roots()
+    snapshot = _corrgrpo_fs_state(roots)
+    sock.sendall(b"ready")
+    while True:
+        msg, fds, _, _ = socket.recv_fds(sock, 256, 8)
+        if not msg:
+            _corrgrpo_quit()
+        if not msg.startswith(b"R ") or len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            continue  # a late kill request for a program that already ended
+        pid = os.fork()
+        if pid == 0:
+            _corrgrpo_child(fds)
+        for fd in fds:
+            os.close(fd)
+        kind, code = _corrgrpo_wait(sock, pid, float(msg[2:]), select, signal, time)
+        clean = _corrgrpo_reap(me, signal, time) and _corrgrpo_clean(roots, snapshot)
+        sock.sendall(b"D %s %d %d" % (kind, code, int(clean)))
+        if not clean:
+            _corrgrpo_quit()
+
+def _corrgrpo_quit():
+    try:
+        os.kill(-1, 9)
+    except OSError:
+        pass
+    os._exit(0)
+
+def _corrgrpo_child(fds):
+    code = 1
+    try:
+        os.setsid()
+        for target, fd in enumerate(fds):  # stdin, stdout, stderr, status channel (fd 3)
+            os.dup2(fd, target)
+        os.closerange(4, 1 << 20)  # the control socket and everything else of the server
+        import signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        _corrgrpo_boot()
+        code = 0
+        # What interpreter shutdown would do after the program: non-daemon threads, atexit.
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        os._exit(code)
+
+def _corrgrpo_wait(sock, pid, timeout, select, signal, time):
+    kind = b"exit"
+    pidfd = os.pidfd_open(pid)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                kind = b"timeout"
+                break
+            ready = select.select([pidfd, sock], [], [], left)[0]
+            if pidfd in ready:
+                break
+            if sock in ready:
+                msg = sock.recv(256)
+                if not msg:
+                    _corrgrpo_quit()
+                if msg.startswith(b"K"):
+                    kind = b"killed"
+                    break
+    finally:
+        os.close(pidfd)
+    if kind != b"exit":
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    status = os.waitpid(pid, 0)[1]
+    return kind, os.waitstatus_to_exitcode(status)
+
+def _corrgrpo_reap(me, signal, time):
+    # Kill every other process of the pid namespace (children the program left behind,
+    # fork bombs) and reap ours; the namespace's init (pid 1) reaps the rest.
+    deadline = time.monotonic() + 2.0
+    while True:
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+        if not others:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        time.sleep(0.001)
+
+def _corrgrpo_writable_roots():
+    roots = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            fstype = parts[parts.index("-") + 1]
+            point = parts[4].replace("\\040", " ")
+            if fstype == "tmpfs" and "rw" in parts[5].split(",") and point not in roots:
+                roots.append(point)
+    return roots
+
+def _corrgrpo_fs_state(roots):
+    # Every path on the writable file systems with its type, mode and owner (and size and
+    # mtime for files); directories of other mounts are not entered.
+    state = {}
+    def walk(path, dev):
+        for entry in os.scandir(path):
+            st = entry.stat(follow_symlinks=False)
+            is_dir = (st.st_mode & 0o170000) == 0o040000
+            state[entry.path] = (st.st_mode, st.st_uid, st.st_gid,
+                                 0 if is_dir else st.st_size, 0 if is_dir else st.st_mtime_ns)
+            if len(state) > 10000:
+                raise OSError("too many files to clean")
+            if is_dir and st.st_dev == dev:
+                walk(entry.path, dev)
+    for root in roots:
+        st = os.lstat(root)
+        state[root] = (st.st_mode, st.st_uid, st.st_gid, 0, 0)
+        walk(root, st.st_dev)
+    return state
+
+def _corrgrpo_remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.chmod(path, 0o700)
+        for entry in os.scandir(path):
+            _corrgrpo_remove(entry.path)
+        os.rmdir(path)
+    else:
+        os.unlink(path)
+
+def _corrgrpo_clean(roots, snapshot):
+    # Put the writable file systems back as they were at start-up (the program's folder,
+    # anything it wrote in /tmp, /dev/shm...) and check that no System V IPC object is left;
+    # anything that cannot be undone makes the server quit (the host starts a new one).
+    try:
+        now = _corrgrpo_fs_state(roots)
+        if now == snapshot:
+            return _corrgrpo_no_ipc()
+        for path in now:
+            if path not in snapshot and os.path.dirname(path) in snapshot:
+                _corrgrpo_remove(path)
+        return _corrgrpo_fs_state(roots) == snapshot and _corrgrpo_no_ipc()
+    except (OSError, RecursionError, ValueError):
+        return False
+
+def _corrgrpo_no_ipc():
+    for name in ("shm", "sem", "msg"):
+        try:
+            with open("/proc/sysvipc/" + name) as f:
+                if len(f.read().splitlines()) > 1:
+                    return False
+        except OSError:
+            pass
+    return True
+'''
+
+SERVER_SOURCE = _SHARED_SOURCE + _SERVER_PART + "\n_corrgrpo_serve()\n"

@@ -1,0 +1,435 @@
+"""Reused sandboxes: one long-lived fork server per worker, one forked child per program.
+
+Starting ``python`` (and bubblewrap) costs tens of milliseconds, often more than
+the judged program itself. A fork server pays that once: it starts inside one
+sandbox (the same namespaces, read-only root and private ``/tmp`` as a fresh
+run), isolates itself, preloads common standard-library modules, marks itself
+non-dumpable, and then forks one child per program. The child starts a new
+session, takes the program's pipes as stdin/stdout/stderr and status channel,
+closes everything else (the control socket included), and runs the same
+bootstrap as a fresh interpreter: fresh folder ``/tmp/work``, resource limits,
+``exec``, status tagged with a one-time token.
+
+After every program the server
+
+* enforces the wall timeout by killing the child's process group,
+* kills every other process of its pid namespace (children left behind, fork
+  bombs) and waits until none is left,
+* puts the writable file systems (``/tmp``, ``/var/tmp``, ``/dev``,
+  ``/dev/shm``, the hidden home) back exactly as they were at start-up and
+  checks that no System V IPC object is left,
+
+so nothing a program writes (globals, modules, environment variables, files,
+processes) reaches the next one. Whatever it cannot undo makes it quit. The host
+side (:class:`ForkServer`) feeds the program and drains its output with the
+same caps as a fresh run, asks the server to kill a program that prints too
+much, and discards a server that died, hung past the timeout, stayed dirty or
+served ``max_programs`` programs; :class:`ForkServerPool` starts a new one on
+the next run. A program that kills its server gets status ``killed``.
+
+Programs of one server share its hash seed (``PYTHONHASHSEED``) and its
+preloaded modules' initial state; ``random`` reseeds itself in every child.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Hashable
+
+from corrgrpo_envs.sandbox.base import (
+    MINIMAL_ENV,
+    SANDBOX_CWD,
+    Limits,
+    RunResult,
+    Sandbox,
+    SandboxUnavailable,
+    _parse_status,
+    new_token,
+)
+from corrgrpo_envs.sandbox.runner import PRELOAD_MODULES, SERVER_SOURCE
+
+__all__ = ["ForkServer", "ForkServerPool", "ForkingSandbox", "REUSE_MODES", "server_command"]
+
+#: ``auto``: fork servers where the backend supports them, else fresh interpreters.
+REUSE_MODES = ("auto", "fork", "fresh")
+
+#: The fd the child's status channel gets (after stdin, stdout, stderr).
+STATUS_FD = 3
+
+#: Seconds the host waits past a program's timeout before it gives up on the server.
+_HOST_GRACE = 1.0
+
+
+def server_command(python: str, config: dict, control_fd: int) -> list[str]:
+    """``python -I -S -c SERVER <fd> <config>``: the fork server's command line."""
+    config = {"preload": PRELOAD_MODULES, **config}
+    return [python, "-I", "-S", "-c", SERVER_SOURCE, str(control_fd), repr(config)]
+
+
+class ForkServer:
+    """The host's handle on one fork server.
+
+    Args:
+        command: builds the full command line (sandbox prefix + :func:`server_command`)
+            from the fd number of the server's end of the control socket.
+        backend: the backend name put in results.
+        start_timeout: seconds to wait for the server to report ready.
+    """
+
+    def __init__(self, command: Callable[[int], list[str]], backend: str,
+                 start_timeout: float = 30.0):
+        self.backend = backend
+        self.programs = 0
+        self.healthy = True
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                command(theirs.fileno()), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, env=dict(MINIMAL_ENV), cwd="/", pass_fds=(theirs.fileno(),),
+                start_new_session=True, close_fds=True,
+            )
+        except OSError as exc:
+            self._sock.close()
+            raise SandboxUnavailable(f"cannot start the fork server: {exc}") from exc
+        finally:
+            theirs.close()
+        ready = _recv_within(self._sock, start_timeout)
+        if ready != b"ready":
+            self.close()
+            err = self.proc.stderr.read().decode("utf-8", "replace") if self.proc.stderr else ""
+            raise SandboxUnavailable(f"the fork server did not start: {err.strip()[-2000:]!r}")
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()  # the server itself never writes there once ready
+
+    def run(self, header: dict, program: str, limits: Limits) -> RunResult | None:
+        """Run one program; ``None`` when the server was gone before it started."""
+        token = header["token"]
+        payload = repr({**header, "status_fd": STATUS_FD}).encode() + b"\n" \
+            + program.encode("utf-8", "replace")
+        pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, status
+        theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
+        ours = [pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]]
+        start = time.perf_counter()
+        try:
+            socket.send_fds(self._sock, [b"R %r" % float(limits.timeout)], theirs)
+            started = True
+        except OSError:
+            started = False
+        for fd in theirs:
+            os.close(fd)
+        if not started:
+            self.healthy = False
+            for fd in ours:
+                os.close(fd)
+            return None
+        self.programs += 1
+        try:
+            outputs, status_text, done, over = self._drain(ours, payload, limits, start)
+        finally:
+            for fd in ours:
+                if fd >= 0:  # the drain closes stdin itself once the program is sent
+                    os.close(fd)
+        wall = time.perf_counter() - start
+        status, exec_seconds = _parse_status(status_text, token)
+        returncode = None
+        if done is None:  # the server died (a program killed it) or hung: never trust it again
+            self.healthy = False
+            status = "timeout" if over == "timeout" else "killed"
+        else:
+            kind, returncode, clean = done
+            self.healthy = self.healthy and clean
+            if kind == "timeout":
+                status = "timeout"
+        if over == "output":
+            status = "output_limit"
+        elif status is None:
+            status = "killed"
+            if returncode is not None and returncode < 0:
+                status = f"killed:{signal.Signals(-returncode).name}"
+        stdout = outputs[0].decode("utf-8", "replace")
+        stderr = outputs[1].decode("utf-8", "replace")
+        return RunResult(status, stdout, stderr, exec_seconds, wall, returncode, self.backend,
+                         {"reuse": "fork"})
+
+    def _drain(self, fds: list[int], payload: bytes, limits: Limits, start: float):
+        """Feed stdin; collect stdout/stderr/status and the server's verdict (or its death)."""
+        stdin_w, out_r, err_r, status_r = fds
+        sel = selectors.DefaultSelector()
+        os.set_blocking(stdin_w, False)
+        sel.register(stdin_w, selectors.EVENT_WRITE, "in")
+        sel.register(out_r, selectors.EVENT_READ, 0)
+        sel.register(err_r, selectors.EVENT_READ, 1)
+        sel.register(status_r, selectors.EVENT_READ, 2)
+        sel.register(self._sock, selectors.EVENT_READ, "ctl")
+        chunks: list[list[bytes]] = [[], [], []]
+        sizes = [0, 0, 0]
+        sent = 0
+        deadline = start + limits.timeout + _HOST_GRACE
+        done: tuple[str, int, bool] | None = None
+        ended_at: float | None = None  # verdict received or server lost
+        over: str | None = None
+        try:
+            while True:
+                pipes_open = sum(1 for key in sel.get_map().values() if key.data in (0, 1, 2))
+                now = time.perf_counter()
+                if ended_at is not None and (not pipes_open or now - ended_at > 0.5):
+                    break
+                if ended_at is None and now >= deadline:
+                    over = over or "timeout"
+                    break
+                wait = 0.5 if ended_at is None else 0.05
+                for key, _ in sel.select(timeout=min(wait, max(deadline - now, 0.001))):
+                    if key.data == "in":
+                        try:
+                            sent += os.write(stdin_w, payload[sent : sent + 65536])
+                        except (BlockingIOError, InterruptedError):
+                            continue
+                        except OSError:
+                            sent = len(payload)
+                        if sent >= len(payload):
+                            sel.unregister(stdin_w)
+                            os.close(stdin_w)
+                            fds[0] = -1  # closed: the caller must not close the number again
+                        continue
+                    if key.data == "ctl":
+                        try:
+                            msg = self._sock.recv(256)
+                        except OSError:
+                            msg = b""
+                        sel.unregister(self._sock)
+                        ended_at = time.perf_counter()
+                        done = _parse_done(msg)
+                        continue
+                    data = os.read(key.fd, 65536)
+                    if not data:
+                        sel.unregister(key.fd)
+                        continue
+                    idx = key.data
+                    if sizes[idx] < limits.output_bytes:
+                        chunks[idx].append(data[: limits.output_bytes - sizes[idx]])
+                    sizes[idx] += len(data)
+                    if idx < 2 and sizes[idx] > limits.output_bytes and over is None:
+                        over = "output"
+                        try:
+                            self._sock.send(b"K")
+                        except OSError:
+                            pass
+        finally:
+            sel.close()
+        return ([b"".join(c) for c in chunks[:2]], b"".join(chunks[2]).decode("ascii", "replace"),
+                done, over)
+
+    def close(self) -> None:
+        """Kill the server (and its whole sandbox) and reap it."""
+        self.healthy = False
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+def _recv_within(sock: socket.socket, seconds: float) -> bytes:
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ)
+    try:
+        if not sel.select(timeout=seconds):
+            return b""
+        return sock.recv(256)
+    except OSError:
+        return b""
+    finally:
+        sel.close()
+
+
+def _parse_done(msg: bytes) -> tuple[str, int, bool] | None:
+    parts = msg.split()
+    if len(parts) != 4 or parts[0] != b"D":
+        return None
+    try:
+        return parts[1].decode(), int(parts[2]), parts[3] == b"1"
+    except ValueError:
+        return None
+
+
+class ForkServerPool:
+    """Idle fork servers of one sandbox, keyed by what their start-up depends on.
+
+    Each thread that runs a program takes an idle server with the right key (or
+    starts one), so there are as many servers as programs ever ran at once.
+
+    Args:
+        start: starts a server for the given limits.
+        key: what in the limits a server is started with (e.g. the ``/tmp`` size).
+        max_programs: programs a server serves before it is replaced.
+    """
+
+    def __init__(self, start: Callable[[Limits], ForkServer], key: Callable[[Limits], Hashable],
+                 max_programs: int = 1000):
+        if max_programs < 1:
+            raise ValueError(f"max_programs must be >= 1, got {max_programs}")
+        self._start = start
+        self._key = key
+        self.max_programs = int(max_programs)
+        self._idle: dict[Hashable, list[ForkServer]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def run(self, header: dict, program: str, limits: Limits) -> RunResult:
+        """Run ``program`` on an idle server, starting one when none is free."""
+        for _ in range(3):  # a server found dead before the program started is replaced
+            server = self._acquire(limits)
+            try:
+                result = server.run(header, program, limits)
+            finally:
+                self._release(server, limits)
+            if result is not None:
+                return result
+        return RunResult("sandbox_error", stderr="fork servers keep dying before a program starts",
+                         backend="", extra={"reuse": "fork"})
+
+    def _acquire(self, limits: Limits) -> ForkServer:
+        key = self._key(limits)
+        with self._lock:
+            idle = self._idle.get(key)
+            if idle:
+                return idle.pop()
+        return self._start(limits)
+
+    def _release(self, server: ForkServer, limits: Limits) -> None:
+        if server.healthy and server.programs < self.max_programs and server.proc.poll() is None:
+            with self._lock:
+                if not self._closed:
+                    self._idle.setdefault(self._key(limits), []).append(server)
+                    return
+        server.close()
+
+    def close(self) -> None:
+        """Stop every idle server (busy ones stop when their program ends)."""
+        with self._lock:
+            servers = [s for idle in self._idle.values() for s in idle]
+            self._idle.clear()
+            self._closed = True
+        for server in servers:
+            server.close()
+
+    def servers(self) -> list[ForkServer]:
+        """The idle servers (for inspection)."""
+        with self._lock:
+            return [s for idle in self._idle.values() for s in idle]
+
+
+
+def _tmp_size_key(limits: Limits) -> int:
+    """Servers are started with a /tmp sized by ``file_size_mb``; everything else is per program."""
+    return int(limits.file_size_mb)
+
+
+class ForkingSandbox(Sandbox):
+    """A sandbox that runs programs either in fresh interpreters or through fork servers.
+
+    Subclasses provide :meth:`_server_prefix` and :meth:`_server_config` (how a server
+    is isolated) and :meth:`_fork_unsupported`, and call :meth:`_run_forked` from
+    ``run`` when :attr:`forking` is true.
+
+    Args:
+        reuse: ``auto`` (fork servers where supported, else fresh), ``fork`` or ``fresh``.
+        max_programs: programs one server runs before it is replaced.
+    """
+
+    def __init__(self, limits: Limits | None = None, python: str | None = None,
+                 paths: list[str] | None = None, reuse: str = "auto", max_programs: int = 1000):
+        super().__init__(limits, python, paths)
+        if reuse not in REUSE_MODES:
+            raise ValueError(f"reuse must be one of {REUSE_MODES}, got {reuse!r}")
+        if int(max_programs) < 1:
+            raise ValueError(f"max_programs must be >= 1, got {max_programs}")
+        self.reuse = reuse
+        self.max_programs = int(max_programs)
+        self._forks: ForkServerPool | None = None
+        self._fork_error = ""
+        self._fork_lock = threading.Lock()
+
+    # ------------------------------------------------------------ subclass hooks
+    def _server_prefix(self, limits: Limits) -> list[str]:
+        """The isolation wrapper in front of the server's interpreter."""
+        raise NotImplementedError
+
+    def _server_config(self, limits: Limits) -> dict:
+        """Set-up the server applies to itself before ``ready`` (mounts, capabilities)."""
+        return {}
+
+    def _fork_unsupported(self) -> str:
+        """Why fork servers cannot isolate programs here; ``""`` when they can."""
+        return ""
+
+    # ------------------------------------------------------------------ fork mode
+    @property
+    def forking(self) -> bool:
+        """Whether :meth:`run` goes through fork servers (``reuse`` and what this machine allows)."""
+        if self.reuse == "fresh" or self._fork_error:
+            return False
+        return self.reuse == "fork" or not self._fork_unsupported()
+
+    def _run_forked(self, program: str, limits: Limits) -> RunResult | None:
+        """Run through a fork server; ``None`` means: run it fresh instead (``reuse="auto"``)."""
+        reason = self._fork_unsupported()
+        if not reason:
+            with self._fork_lock:
+                if self._forks is None:
+                    self._forks = ForkServerPool(self._start_server, _tmp_size_key, self.max_programs)
+                forks = self._forks
+            header = self._header(new_token(), limits, cwd=SANDBOX_CWD, make_cwd=True)
+            try:
+                result = forks.run(header, program, limits)
+                result.backend = self.name
+                return result
+            except SandboxUnavailable as exc:
+                reason = str(exc)
+        if self.reuse == "fork":
+            return RunResult("sandbox_error", stderr=reason, backend=self.name, extra={"reuse": "fork"})
+        self._fork_error = reason
+        return None
+
+    def _start_server(self, limits: Limits) -> ForkServer:
+        prefix = self._server_prefix(limits)
+        config = self._server_config(limits)
+        return ForkServer(lambda fd: [*prefix, *server_command(self.python, config, fd)], self.name)
+
+    def close(self) -> None:
+        """Stop the fork servers (a later run starts new ones)."""
+        with self._fork_lock:
+            forks, self._forks = self._forks, None
+        if forks is not None:
+            forks.close()
+
+    #: attributes holding locks: pickled as fresh ones
+    _lock_names: tuple[str, ...] = ("_fork_lock",)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_forks"] = None  # servers are processes of this host process, not state
+        for name in self._lock_names:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        for name in self._lock_names:
+            setattr(self, name, threading.Lock())
