@@ -474,3 +474,34 @@ def test_metrics_values():
     assert agentdojo_metrics([]) == {}
     with pytest.raises(ValueError):
         agentdojo_metrics([{"task_id": "x", "reward_components": {"utility": 1.0}}])
+
+
+# ------------------------------------------------------------ loading, configs
+@pytest.mark.parametrize("suite_name", ["workspace", "travel", "banking", "slack"])
+def test_fast_environment_parse_equals_agentdojos(env, suite_name):
+    from corrgrpo_envs.agentdojo.episode import parse_environment
+
+    u = env.unwrapped
+    suite = u._suites[suite_name]
+    case = next(Case.from_id(t) for t in u.task_ids if t.startswith(f"{suite_name}/") and "tool_knowledge" in t)
+    injections = case_injections(suite, case, u.benchmark_version, u.model_name)
+    assert injections  # the case is really injected
+    for planted in ({}, injections):
+        assert parse_environment(suite, planted) == suite.load_and_inject_default_environment(planted)
+
+
+@pytest.mark.parametrize("name", ["agentdojo.yaml", "agentdojo_tiny.yaml"])
+def test_configs(name):
+    config_module = pytest.importorskip("trainer.config")
+    cfg = config_module.load_config(f"env_configs/{name}")
+    assert cfg.env["id"] == "corrgrpo/AgentDojo-v0"
+    assert cfg.rollout.max_turns == cfg.env["max_turns"]
+    e = corrgrpo_envs.make(f"env_configs/{name}")
+    if name == "agentdojo.yaml":
+        assert cfg.model.name_or_path == "Qwen/Qwen2.5-3B-Instruct"
+        assert (cfg.algorithm.group_size, cfg.algorithm.prompts_per_step) == (8, 16)
+        assert (cfg.optim.lr, cfg.algorithm.kl_beta, cfg.rollout.max_turns) == (1e-6, 0.001, 8)
+        assert len(e.unwrapped.task_ids) == 1584
+    else:
+        assert cfg.model.name_or_path == "tiny"
+        assert all(t.startswith("banking/") for t in e.unwrapped.task_ids)

@@ -17,7 +17,7 @@ from typing import Any
 
 from corrgrpo_envs.agentdojo.cases import Case
 
-__all__ = ["DEFAULT_MODEL_NAME", "load_attack", "case_injections"]
+__all__ = ["DEFAULT_MODEL_NAME", "load_attack", "case_injections", "clear_caches"]
 
 #: The victim's name in the attack text: AgentDojo's own name for a local model.
 DEFAULT_MODEL_NAME = "Local model"
@@ -27,6 +27,7 @@ _STUB_PIPELINE_NAME = "local"
 _LOCK = threading.Lock()
 _ATTACKS: dict[tuple[str, str, str, str], Any] = {}
 _INJECTIONS: dict[tuple[str, str, str], dict[str, str]] = {}
+_CANDIDATES: dict[tuple[str, str, str], list[str]] = {}
 
 
 def _stub_pipeline() -> Any:
@@ -54,12 +55,45 @@ def load_attack(
         return cached
     import agentdojo.attacks  # noqa: F401  (registers the built-in attacks)
     from agentdojo.attacks.attack_registry import load_attack as agentdojo_load_attack
+    from agentdojo.attacks.base_attacks import BaseAttack
 
     built = agentdojo_load_attack(attack, suite, _stub_pipeline())
     if hasattr(built, "model_name"):
         built.model_name = model_name
+    if type(built).get_injection_candidates is BaseAttack.get_injection_candidates:
+        # Which injection vectors a user task's ground truth reads does not depend on
+        # the attack: compute it once per user task for all attacks.
+        built.get_injection_candidates = _SharedCandidates(built, benchmark_version)
     with _LOCK:
         return _ATTACKS.setdefault(key, built)
+
+
+class _SharedCandidates:
+    """AgentDojo's ``get_injection_candidates`` of one attack, memoised across attacks."""
+
+    def __init__(self, attack: Any, benchmark_version: str):
+        self.attack = attack
+        self.benchmark_version = benchmark_version
+
+    def __call__(self, user_task: Any) -> list[str]:
+        from agentdojo.attacks.base_attacks import BaseAttack
+
+        key = (self.benchmark_version, self.attack.task_suite.name, user_task.ID)
+        with _LOCK:
+            cached = _CANDIDATES.get(key)
+        if cached is None:
+            cached = BaseAttack.get_injection_candidates.__wrapped__(self.attack, user_task)
+            with _LOCK:
+                _CANDIDATES[key] = cached
+        return list(cached)
+
+
+def clear_caches() -> None:
+    """Forget built attacks, injection candidates and injections (for cold benchmarks)."""
+    with _LOCK:
+        _ATTACKS.clear()
+        _INJECTIONS.clear()
+        _CANDIDATES.clear()
 
 
 def case_injections(
