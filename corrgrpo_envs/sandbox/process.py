@@ -1,7 +1,7 @@
 """The ``process`` backend: a fresh interpreter in its own namespaces.
 
-Each program runs as ``unshare --net --mount --pid --fork --kill-child python
--I -S -c RUNNER`` in its own session. Inside, the runner makes every mount
+Each program runs as ``unshare --net --mount --pid --ipc --uts --fork
+--kill-child python -I -S -c RUNNER`` in its own session. Inside, the runner makes every mount
 read-only, gives the program private, size-capped ``/tmp``, ``/var/tmp`` and
 ``/dev/shm``, hides the user's home folder, mounts a ``/proc`` that shows only
 the sandbox's own processes, drops every capability and sets resource limits.
@@ -105,7 +105,7 @@ class ProcessSandbox(ForkingSandbox):
             unshare = shutil.which("unshare")
             candidates = []
             if unshare:
-                base = [unshare, "--net", "--mount", "--pid", "--fork", "--kill-child"]
+                base = [unshare, "--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--kill-child"]
                 candidates = [base] if os.geteuid() == 0 else []
                 candidates.append([*base[:1], "--map-root-user", *base[1:]])
             for prefix in candidates:

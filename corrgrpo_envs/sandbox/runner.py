@@ -305,22 +305,26 @@ def _corrgrpo_reap(me, signal, time):
         time.sleep(0.001)
 
 def _corrgrpo_writable_roots():
-    roots = []
+    # The tmpfs mounts a program can write to; a later mount on the same point hides the
+    # earlier ones, so the last line of each point decides.
+    top = {}
     with open("/proc/self/mountinfo") as f:
         for line in f:
             parts = line.split()
             fstype = parts[parts.index("-") + 1]
-            point = parts[4].replace("\\040", " ")
-            if fstype == "tmpfs" and "rw" in parts[5].split(",") and point not in roots:
-                roots.append(point)
-    return roots
+            top[parts[4].replace("\\040", " ")] = fstype == "tmpfs" and "rw" in parts[5].split(",")
+    return [point for point, writable in top.items() if writable]
 
 def _corrgrpo_fs_state(roots):
     # Every path on the writable file systems with its type, mode and owner (and size and
     # mtime for files); directories of other mounts are not entered.
     state = {}
     def walk(path, dev):
-        for entry in os.scandir(path):
+        try:
+            entries = list(os.scandir(path))
+        except PermissionError:
+            return  # a folder the program made unreadable: removed as a whole
+        for entry in entries:
             st = entry.stat(follow_symlinks=False)
             is_dir = (st.st_mode & 0o170000) == 0o040000
             state[entry.path] = (st.st_mode, st.st_uid, st.st_gid,

@@ -1,0 +1,209 @@
+"""Fork servers: no state passes from one program to the next, odd endings and attacks on the
+server give the right status and the next program still runs, timeouts are per program."""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+import pytest
+
+from corrgrpo_envs.sandbox import Limits, SandboxPool, make_sandbox
+from corrgrpo_envs.sandbox.bwrap import bwrap_available
+from corrgrpo_envs.sandbox.process import ProcessSandbox
+
+LIMITS = Limits(timeout=2.0, memory_mb=256, file_size_mb=4, processes=32, output_bytes=1 << 16)
+
+
+def _backends() -> list:
+    reason = "" if bwrap_available() else "bubblewrap missing or cannot create namespaces here"
+    return [
+        pytest.param("process", id="process"),
+        pytest.param("bwrap", id="bwrap", marks=pytest.mark.skipif(bool(reason), reason=reason or "ok")),
+    ]
+
+
+@pytest.fixture(params=_backends())
+def sandbox(request):
+    box = make_sandbox(request.param, LIMITS, reuse="fork")
+    if isinstance(box, ProcessSandbox) and box.isolation != "namespaces":
+        pytest.skip("unshare namespaces unavailable: no fork servers for the process backend")
+    yield box
+    box.close()
+
+
+def _server_pids(box) -> list[int]:
+    return [s.proc.pid for s in box._forks.servers()] if box._forks else []
+
+
+def _run_ok(box, program: str) -> str:
+    result = box.run(program)
+    assert result.status == "ok", (result.status, result.stderr)
+    assert result.extra["reuse"] == "fork"
+    return result.stdout
+
+
+WRITE_STATE = """
+import builtins, math, os, sys, json
+builtins.LEAKED = 1
+math.LEAKED = 1
+json.dumps = None
+sys.modules["leaked_module"] = math
+sys.path.append("/leaked")
+os.environ["LEAKED"] = "1"
+for path in ("/tmp/leaked", "/tmp/work/leaked", "/var/tmp/leaked", "/dev/shm/leaked",
+             "leaked", os.path.expanduser("~/leaked")):
+    open(path, "w").write("secret")
+os.makedirs("/tmp/deep/a/b", exist_ok=True)
+os.chmod("/tmp/deep/a", 0)
+os.chdir("/var/tmp")
+"""
+
+READ_STATE = """
+import builtins, math, os, sys, json
+seen = [hasattr(builtins, "LEAKED"), hasattr(math, "LEAKED"), json.dumps is None,
+        "leaked_module" in sys.modules, "/leaked" in sys.path, "LEAKED" in os.environ,
+        os.getcwd() != "/tmp/work", sorted(os.listdir(".")) != []]
+for folder in ("/tmp", "/var/tmp", "/dev/shm", os.path.expanduser("~")):
+    seen.append(any("leak" in name or name == "deep" for name in os.listdir(folder)))
+print(seen)
+"""
+
+
+def test_state_does_not_leak_between_programs_of_one_server(sandbox):
+    _run_ok(sandbox, "pass")
+    (server,) = _server_pids(sandbox)
+    _run_ok(sandbox, WRITE_STATE)
+    assert _run_ok(sandbox, READ_STATE).strip() == str([False] * 12)
+    assert _server_pids(sandbox) == [server]  # the same server ran all three
+
+
+def test_a_changed_tmp_or_ipc_object_replaces_the_server(sandbox):
+    mode = "import os\nprint(oct(os.stat('/tmp').st_mode))"
+    before = _run_ok(sandbox, mode)
+    (first,) = _server_pids(sandbox)
+    _run_ok(sandbox, "import os\nos.chmod('/tmp', 0o701)")
+    assert _server_pids(sandbox) == []  # could not restore /tmp: the server quit
+    assert _run_ok(sandbox, mode) == before
+    (second,) = _server_pids(sandbox)
+    shm = ("import ctypes\nlibc = ctypes.CDLL(None)\n"
+           "assert libc.shmget(0, 4096, 0o1000 | 0o600) >= 0\n")  # IPC_PRIVATE, IPC_CREAT
+    _run_ok(sandbox, shm)
+    assert second not in _server_pids(sandbox)
+    assert _run_ok(sandbox, "print(len(open('/proc/sysvipc/shm').read().splitlines()))").strip() == "1"
+    assert first != second
+
+
+@pytest.mark.parametrize(
+    "program, statuses",
+    [
+        # bwrap: kills the server, hence the sandbox; process: the server is init, nothing to kill
+        ("import os, time\ntry:\n    os.kill(-1, 9)\nexcept OSError:\n    pass\ntime.sleep(1)",
+         ("killed", "killed:SIGKILL", "ok")),
+        ("import os\nos._exit(3)", ("killed",)),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", ("killed:SIGSEGV",)),
+        ("import os\nos.close(3)\nos.close(1)", ("killed",)),
+        ("import sys\nsys.stdout.close()\nsys.stderr.close()\nraise SystemExit(0)", ("error:SystemExit",)),
+        ("import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()", ("timeout",)),
+        ("import atexit\natexit.register(print, 'bye')", ("ok",)),
+    ],
+)
+def test_odd_endings_get_their_status_and_the_next_program_runs(sandbox, program, statuses):
+    result = sandbox.run(program)
+    assert result.status in statuses, (result.status, result.stderr)
+    assert not result.finished or result.status == "ok"
+    assert _run_ok(sandbox, "print('next')") == "next\n"
+
+
+def test_atexit_output_is_captured(sandbox):
+    assert _run_ok(sandbox, "import atexit\natexit.register(print, 'bye')") == "bye\n"
+
+
+def test_killing_the_server_gets_no_credit_and_a_new_server_starts(sandbox):
+    _run_ok(sandbox, "pass")
+    (first,) = _server_pids(sandbox)
+    result = sandbox.run("import os\nos.kill(os.getppid(), 9)\nassert True")
+    if sandbox.name == "bwrap":
+        assert result.status == "killed" and not result.finished
+        assert _server_pids(sandbox) == []
+    else:  # the server is the pid namespace's init: a program's SIGKILL does not reach it
+        assert result.status == "ok" and _server_pids(sandbox) == [first]
+    assert _run_ok(sandbox, "print(1)") == "1\n"
+
+
+def test_a_stopped_server_is_abandoned_after_the_timeout(sandbox):
+    start = time.perf_counter()
+    result = sandbox.run("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)")
+    elapsed = time.perf_counter() - start
+    if sandbox.name == "bwrap":
+        assert result.status == "timeout" and LIMITS.timeout <= elapsed < LIMITS.timeout + 2
+        assert _server_pids(sandbox) == []
+    else:  # init ignores SIGSTOP from inside its namespace
+        assert result.status == "ok"
+    assert _run_ok(sandbox, "print(2)") == "2\n"
+
+
+def test_timeouts_are_per_program(sandbox):
+    sleepy = "import time\ntime.sleep(1.2)\nprint('slept')"
+    assert [_run_ok(sandbox, sleepy) for _ in range(2)] == ["slept\n"] * 2  # 2.4 s > one timeout
+    assert sandbox.run("while True:\n    pass").status == "timeout"
+    start = time.perf_counter()
+    assert _run_ok(sandbox, "print(3)") == "3\n"
+    assert time.perf_counter() - start < 0.5
+    with SandboxPool(sandbox, workers=2) as pool:
+        results = pool.run_many(["while True:\n    pass", "import time\ntime.sleep(0.1)"])
+    assert [r.status for r in results] == ["timeout", "ok"]
+    assert results[1].wall_seconds < 1.0
+
+
+def test_output_cap_kills_the_program_and_the_server_goes_on(sandbox):
+    _run_ok(sandbox, "pass")
+    (server,) = _server_pids(sandbox)
+    start = time.perf_counter()
+    result = sandbox.run("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n")
+    assert result.status == "output_limit" and len(result.stdout) == LIMITS.output_bytes
+    assert time.perf_counter() - start < 1.0  # killed at the cap, not at the timeout
+    assert _run_ok(sandbox, "print(4)") == "4\n"
+    assert _server_pids(sandbox) == [server]
+
+
+def test_children_and_fork_bombs_die_between_programs(sandbox):
+    _run_ok(sandbox, "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n")
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    assert sandbox.run(bomb).status == "timeout"
+    listing = "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"
+    pids = eval(_run_ok(sandbox, listing))
+    # bwrap: its init, the server and this program; process: the server is init, and this program
+    assert len(pids) == (3 if sandbox.name == "bwrap" else 2), pids
+
+
+def test_server_is_replaced_after_max_programs():
+    box = make_sandbox("process", LIMITS, reuse="fork", max_programs=2)
+    if not box.forking:
+        pytest.skip("unshare namespaces unavailable")
+    with box:
+        _run_ok(box, "pass")
+        (first,) = _server_pids(box)
+        _run_ok(box, "pass")
+        assert _server_pids(box) == []
+        _run_ok(box, "pass")
+        assert _server_pids(box) != [first]
+
+
+def test_same_statuses_as_fresh_interpreters(sandbox):
+    fresh = make_sandbox(sandbox.name, LIMITS, reuse="fresh")
+    programs = ["print(sum(range(10)))", "assert 1 == 2", "raise KeyError(1)", "def f(:", "import sys\nsys.exit(3)",
+                "import os\nprint(os.getcwd(), os.environ['HOME'], sorted(os.environ))", "x = bytearray(10 ** 10)"]
+    for program in programs:
+        a, b = sandbox.run(program), fresh.run(program)
+        assert (a.status, a.stdout) == (b.status, b.stdout), program
+
+
+def test_a_sandbox_with_servers_pickles(sandbox):
+    _run_ok(sandbox, "pass")
+    copy = pickle.loads(pickle.dumps(sandbox))
+    assert copy._forks is None
+    try:
+        assert _run_ok(copy, "print(5)") == "5\n"
+    finally:
+        copy.close()
