@@ -9,6 +9,11 @@ One interface (:class:`Sandbox.run` -> :class:`RunResult`), three backends:
 * ``bwrap``: the same interpreter inside bubblewrap, as an unprivileged user;
 * ``docker``: a warm pool of containers without network (needs an engine).
 
+``process`` and ``bwrap`` reuse interpreters by default (``reuse="auto"``): one
+long-lived sandbox per worker with a fork server inside that forks a child per
+program and cleans up after it (:mod:`corrgrpo_envs.sandbox.forkserver`);
+``reuse="fresh"`` starts a new interpreter per program.
+
 ``make_sandbox("auto")`` picks ``bwrap`` when it works here, else ``process``.
 :class:`SandboxPool` runs many programs in parallel.
 """
