@@ -3,6 +3,7 @@ server give the right status and the next program still runs, timeouts are per p
 
 from __future__ import annotations
 
+import os
 import pickle
 import time
 
@@ -92,6 +93,27 @@ def test_a_changed_tmp_or_ipc_object_replaces_the_server(sandbox):
     assert second not in _server_pids(sandbox)
     assert _run_ok(sandbox, "print(len(open('/proc/sysvipc/shm').read().splitlines()))").strip() == "1"
     assert first != second
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "os.setpriority(os.PRIO_PROCESS, os.getppid(), 19)",
+        "resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (16, 16))",
+        "os.sched_setaffinity(os.getppid(), {min(os.sched_getaffinity(0))})",
+    ],
+)
+def test_a_program_that_changes_the_server_replaces_it(sandbox, attack):
+    if sandbox.name == "process" and "affinity" in attack and len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: the affinity cannot change")
+    _run_ok(sandbox, "pass")
+    (first,) = _server_pids(sandbox)
+    sandbox.run(f"import os, resource\ntry:\n    {attack}\nexcept OSError:\n    pass\n")
+    assert first not in _server_pids(sandbox)
+    out = _run_ok(sandbox, "import os, resource\n"
+                  "print(os.getpriority(os.PRIO_PROCESS, 0), resource.getrlimit(resource.RLIMIT_NOFILE))")
+    assert out.split()[0] == str(os.getpriority(os.PRIO_PROCESS, 0))
+    assert "16, 16" not in out
 
 
 @pytest.mark.parametrize(

@@ -196,6 +196,7 @@ def _corrgrpo_serve():
     me = os.getpid()
     roots = _corrgrpo_writable_roots()
     snapshot = _corrgrpo_fs_state(roots)
+    itself = _corrgrpo_self_state()
     sock.sendall(b"ready")
     while True:
         msg, fds, _, _ = socket.recv_fds(sock, 256, 8)
@@ -211,7 +212,8 @@ def _corrgrpo_serve():
         for fd in fds:
             os.close(fd)
         kind, code = _corrgrpo_wait(sock, pid, float(msg[2:]), select, signal, time)
-        clean = _corrgrpo_reap(me, signal, time) and _corrgrpo_clean(roots, snapshot)
+        clean = (_corrgrpo_reap(me, signal, time) and _corrgrpo_clean(roots, snapshot)
+                 and _corrgrpo_self_state() == itself)
         sock.sendall(b"D %s %d %d" % (kind, code, int(clean)))
         if not clean:
             _corrgrpo_quit()
@@ -362,6 +364,13 @@ def _corrgrpo_clean(roots, snapshot):
         return _corrgrpo_fs_state(roots) == snapshot and _corrgrpo_no_ipc()
     except (OSError, RecursionError, ValueError):
         return False
+
+def _corrgrpo_self_state():
+    # What a program with the server's uid could change about the server and so about every
+    # later child: its nice value, CPU affinity and resource limits (setpriority, prlimit).
+    import resource
+    limits = [resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT_")]
+    return os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)), limits
 
 def _corrgrpo_no_ipc():
     for name in ("shm", "sem", "msg"):
