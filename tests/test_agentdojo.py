@@ -30,6 +30,11 @@ FULL = os.environ.get("CORRGRPO_FULL") == "1"
 SECURITY_SUITES = ("banking", "slack")
 #: ground-truth replays that AgentDojo itself scores as failing (none in v1.2.2)
 KNOWN_GROUND_TRUTH_FAILURES: frozenset[str] = frozenset()
+#: injection tasks whose own ground truth AgentDojo 0.1.35 scores as a failed attack
+#: (workspace's v1.2 additions); the env must agree with AgentDojo on them too
+KNOWN_INJECTION_GROUND_TRUTH_FAILURES = frozenset(
+    f"workspace/injection_task_{n}" for n in range(6, 14)
+)
 
 
 @pytest.fixture(scope="module")
@@ -264,8 +269,10 @@ def test_injection_ground_truth_makes_the_attack_succeed(env, suite):
         )
         _, agentdojo_success = agentdojo_ground_truth(env, Case.from_id(task_id), injection_side=True)
         assert info["attack_success"] == agentdojo_success, task_id
-        assert agentdojo_success, f"AgentDojo says {task_id}'s injection ground truth fails"
-        assert reward[1] == 0.0, task_id
+        suite_name, _, injection_id, _ = task_id.split("/")
+        known_failure = f"{suite_name}/{injection_id}" in KNOWN_INJECTION_GROUND_TRUTH_FAILURES
+        assert agentdojo_success != known_failure, task_id
+        assert reward[1] == (1.0 if known_failure else 0.0), task_id
     with pytest.raises(ValueError, match="clean"):
         u.injection_reference_action(f"{suite}/user_task_0")
 
