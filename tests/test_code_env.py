@@ -182,7 +182,7 @@ def test_configs_build_the_env():
     paper = yaml.safe_load((root / "code_leetcode.yaml").read_text())
     assert paper["model"]["name_or_path"] == "Qwen/Qwen2.5-Coder-7B-Instruct"
     assert paper["algorithm"]["group_size"] == 8 and paper["algorithm"]["prompts_per_step"] == 64
-    assert paper["algorithm"]["lr"] == 1e-6 and paper["algorithm"]["kl_beta"] == 0.001
+    assert paper["optim"]["lr"] == 1e-6 and paper["algorithm"]["kl_beta"] == 0.001
     assert paper["rollout"]["max_new_tokens"] == 2048
 
 

@@ -208,7 +208,7 @@ def test_configs(name):
     if name == "toolcall_rlla.yaml":
         assert data["model"]["name_or_path"] == "Qwen/Qwen2.5-7B-Instruct"
         assert data["algorithm"]["group_size"] == 4 and data["algorithm"]["prompts_per_step"] == 128
-        assert data["algorithm"]["lr"] == 1e-6 and data["algorithm"]["kl_beta"] == 0.0
+        assert data["optim"]["lr"] == 1e-6 and data["algorithm"]["kl_beta"] == 0.0
         assert data["rollout"]["max_new_tokens"] == 2048
     else:
         env = corrgrpo_envs.make(str(CONFIGS / name))

@@ -11,6 +11,8 @@ interpreter (:mod:`corrgrpo_envs.sandbox`).
 from __future__ import annotations
 
 import importlib.util
+import os
+import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +28,36 @@ from corrgrpo_envs.tasks import Task
 __all__ = ["CodeEnv", "EFFICIENCY_MODES"]
 
 EFFICIENCY_MODES = ("lazy", "cached", "off")
+
+
+_SHARED_LOCK = threading.Lock()
+_SHARED: dict[tuple, list] = {}  # (pid, backend, limits) -> [sandbox, number of envs using it]
+
+
+def _acquire_shared_sandbox(backend: str, limits: Limits) -> Sandbox:
+    """One sandbox per (process, backend, limits), shared by every env instance.
+
+    A grouped rollout holds P x G env instances; sharing keeps the number of
+    fork servers at the number of programs that actually run at once.
+    """
+    key = (os.getpid(), backend, limits)
+    with _SHARED_LOCK:
+        entry = _SHARED.get(key)
+        if entry is None:
+            entry = _SHARED[key] = [make_sandbox(backend, limits, paths=_judge_paths()), 0]
+        entry[1] += 1
+        return entry[0]
+
+
+def _release_shared_sandbox(sandbox: Sandbox) -> None:
+    with _SHARED_LOCK:
+        for key, entry in list(_SHARED.items()):
+            if entry[0] is sandbox:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del _SHARED[key]
+                    sandbox.close()
+                return
 
 
 def _judge_paths() -> list[str]:
@@ -109,7 +141,7 @@ class CodeEnv(MultiRewardEnv):
     def sandbox(self) -> Sandbox:
         """The sandbox, built on first use (so the env pickles and starts cheaply)."""
         if self._sandbox is None:
-            self._sandbox = make_sandbox(str(self.backend), self.limits, paths=_judge_paths())
+            self._sandbox = _acquire_shared_sandbox(str(self.backend), self.limits)
         return self._sandbox
 
     @property
@@ -127,7 +159,7 @@ class CodeEnv(MultiRewardEnv):
 
     def close(self) -> None:
         if self._sandbox is not None and not isinstance(self.backend, Sandbox):
-            self._sandbox.close()
+            _release_shared_sandbox(self._sandbox)
             self._sandbox = None
         super().close()
 
