@@ -156,6 +156,9 @@ def test_two_processes_match_one(tmp_path):
     assert a["world"] == 1 and b["world"] == 2
     for x, y in zip(a["advantages"], b["advantages"]):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+    # Summation order differs (DDP all-reduce vs one batch), about 1e-9 in the gradients;
+    # Adam's normalisation turns that into up to ~1e-5 in weights of size ~0.1 after
+    # 3 steps of lr 1e-3 (an update of ~3e-3 per weight): agreement to ~0.3 % of an update.
     for name in a["params"]:
-        torch.testing.assert_close(a["params"][name], b["params"][name], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(a["params"][name], b["params"][name], rtol=1e-4, atol=3e-5)
     assert json.dumps(sorted(a["params"])) == json.dumps(sorted(b["params"]))
