@@ -15,6 +15,37 @@ from agents.token_policy import TokenPolicy
 __all__ = ["HFPolicy", "finish_completion"]
 
 
+class _SampledLogprobs:
+    """A logits processor that records the log-probability of each sampled token.
+
+    It sees the scores before temperature and top-p are applied (``generate`` runs
+    custom processors before its sampling warpers) and keeps one ``[B, V]``
+    log-softmax at a time, so memory does not grow with the completion length the
+    way ``output_logits`` does (``[B, T, V]``: tens of GB for long completions
+    over a 150k vocabulary).
+    """
+
+    def __init__(self, prompt_width: int):
+        self.width = prompt_width
+        self.previous: torch.Tensor | None = None
+        self.values: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if input_ids.shape[1] > self.width and self.previous is not None:
+            self.values.append(self.previous.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        self.previous = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def result(self, sequences: torch.Tensor) -> torch.Tensor:
+        """``[B, T]`` logprobs of the ``T`` generated tokens of ``sequences``."""
+        generated = sequences.shape[1] - self.width
+        if len(self.values) < generated and self.previous is not None:
+            self.values.append(self.previous.gather(-1, sequences[:, -1:]).squeeze(-1))
+        if not self.values:
+            return torch.zeros((sequences.shape[0], 0))
+        return torch.stack(self.values[:generated], dim=1)
+
+
 def finish_completion(
     tokenizer: Any, ids: Sequence[int], eos_ids: set[int], stop: Sequence[str]
 ) -> tuple[list[int], str, str]:
@@ -76,7 +107,7 @@ class HFPolicy(TokenPolicy):
         batch_size: most conversations per ``generate`` call (default: all at once).
 
     Logprobs are the log-softmax of the model's raw logits (temperature 1, no
-    top-p), computed in float32 from ``generate``'s ``output_logits``.
+    top-p), computed in float32 as generation goes (one ``[B, V]`` buffer at a time).
     """
 
     def __init__(
@@ -139,9 +170,12 @@ class HFPolicy(TokenPolicy):
             repetition_penalty=1.0,
             eos_token_id=sorted(self.eos_ids),
             pad_token_id=self.pad_id,
-            output_logits=True,
             return_dict_in_generate=True,
         )
+        from transformers import LogitsProcessorList
+
+        recorder = _SampledLogprobs(width)
+        options["logits_processor"] = LogitsProcessorList([recorder])
         if sampling.stop:
             options["stopping_criteria"] = StoppingCriteriaList([_StopStrings(self.tokenizer, sampling.stop, width)])
         was_training = self._model.training
@@ -156,9 +190,7 @@ class HFPolicy(TokenPolicy):
             self._model.train(was_training)
         generated = out.sequences[:, width:].cpu()
         # raw logits, before temperature/top-p: the logprob of each sampled token at temperature 1
-        logits = torch.stack(out.logits, dim=1).float()
-        token_logprobs = torch.log_softmax(logits, dim=-1).gather(-1, generated.to(logits.device).unsqueeze(-1))
-        token_logprobs = token_logprobs.squeeze(-1).cpu()
+        token_logprobs = recorder.result(out.sequences).cpu()
         actions = []
         for row, prompt in enumerate(prompts):
             ids, text, reason = finish_completion(

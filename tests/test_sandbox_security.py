@@ -31,6 +31,9 @@ def _backends() -> list:
 @pytest.fixture(params=_backends())
 def sandbox(request):
     backend, reuse = request.param
+    # sandboxes of other tests in this process (e.g. envs not yet collected) may still be alive:
+    # only processes started during this test must be gone after it
+    before = set(_sandbox_pids())
     box = make_sandbox(backend, LIMITS, reuse=reuse)
     if isinstance(box, ProcessSandbox) and box.isolation != "namespaces":
         pytest.skip("unshare namespaces unavailable: the process backend runs with limits only")
@@ -38,7 +41,7 @@ def sandbox(request):
     if reuse == "fork":
         _assert_servers_hold_no_program(box)
     box.close()
-    _assert_no_sandbox_processes()
+    _assert_no_sandbox_processes(ignore=before)
 
 
 def _children() -> dict[int, list[int]]:
@@ -98,11 +101,14 @@ def _sandbox_pids() -> list[int]:
     return pids
 
 
-def _assert_no_sandbox_processes() -> None:
+def _assert_no_sandbox_processes(ignore: set[int] = frozenset()) -> None:
+    def left() -> list[int]:
+        return [p for p in _sandbox_pids() if p not in ignore]
+
     deadline = time.time() + 3
-    while _sandbox_pids() and time.time() < deadline:
+    while left() and time.time() < deadline:
         time.sleep(0.05)
-    assert _sandbox_pids() == [], "a sandboxed process outlived its run"
+    assert left() == [], "a sandboxed process outlived its run"
 
 
 def test_network_connect_is_blocked(sandbox):

@@ -16,7 +16,7 @@ def test_quickstart_loads_with_overrides():
     assert cfg.algorithm.estimator == "grpo"
     assert cfg.train.seed == 3
     assert cfg.env["id"] == "corrgrpo/ScaleDominance-v0"
-    assert cfg.optim.lr == pytest.approx(1e-3)
+    assert cfg.optim.lr == pytest.approx(1e-2)
 
 
 def test_config_files_in_env_configs_all_load():
@@ -57,6 +57,11 @@ def test_override_parsing():
     assert data == {"a": {"b": {"c": 3}, "d": [1, 2]}, "e": None, "f": "text"}
     with pytest.raises(ConfigError, match="section.key=value"):
         apply_overrides({}, ["novalue"])
+
+
+def test_exponent_without_dot_is_a_number():
+    cfg = load_config("env_configs/quickstart.yaml", ["optim.lr=3e-3"])
+    assert cfg.optim.lr == pytest.approx(3e-3)
 
 
 def test_ints_accepted_for_floats_and_optional_lists():

@@ -310,6 +310,8 @@ class Trainer:
         micro = o.micro_batch_size or mini_local
         need_old = o.epochs > 1 or num_mini > 1 or cfg.rollout.backend != "hf"
         self.unwrapped.train()
+        if self.ref_model is None and bool(self.last_advantages.abs().max() == 0):
+            return self._zero_gradient_step(o.epochs * num_mini)
 
         def chunks(idx: torch.Tensor, size: int) -> list[torch.Tensor]:
             return [idx[i : i + size] for i in range(0, len(idx), size)] or [idx]
@@ -384,6 +386,26 @@ class Trainer:
         metrics["grad_norm"] = float(grad_norm)
         metrics["lr"] = float(self.scheduler.get_last_lr()[0])
         return metrics
+
+    def _zero_gradient_step(self, optimizer_steps: int) -> dict[str, float]:
+        """Every advantage is 0 and there is no KL term: the loss gradient is exactly 0.
+
+        Skip the forward and backward passes (the bulk of a step) but step the
+        optimizer on zero gradients, so momentum, weight decay and the schedule
+        advance exactly as they would have.
+        """
+        for p in self.model.parameters():
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+        for _ in range(optimizer_steps):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return {
+            "grad_norm": 0.0,
+            "lr": float(self.scheduler.get_last_lr()[0]),
+            "skipped_update": 1.0,
+        }
 
     # -------------------------------------------------------------------- loop
     def train(self) -> Path:
