@@ -1,0 +1,64 @@
+"""The train, eval and plot commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainer.cli import main
+
+TOY = [
+    "env.num_tasks=16", "model.name_or_path=tiny", "algorithm.group_size=4",
+    "algorithm.prompts_per_step=4", "rollout.max_new_tokens=8", "train.progress=false",
+    "train.tensorboard=false",
+]
+
+
+def test_train_then_eval_checkpoint_then_plot(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "env_configs/quickstart.yaml", *TOY, "train.steps=2",
+                 f"train.output_dir={run}"]) == 0
+    assert (run / "checkpoint-2" / "model" / "config.json").exists()
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+    assert (run / "config.json").exists() and (run / "samples.jsonl").exists()
+
+    out = tmp_path / "eval.json"
+    assert main(["eval", "env_configs/quickstart.yaml", *TOY, "--checkpoint",
+                 str(run / "checkpoint-2"), "--split", "all", "--limit", "6",
+                 "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["tasks"] == 6 and len(result["records"]) == 6
+    assert set(result["metrics"]) >= {"digits", "has_a", "word_with_a", "total"}
+    assert result["greedy"] is True
+
+    png = tmp_path / "plot.png"
+    assert main(["plot", str(run), str(run), "--labels", "a", "b", "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_eval_reference_policy_scores_the_reference(tmp_path):
+    out = tmp_path / "ref.json"
+    assert main(["eval", "env_configs/quickstart.yaml", *TOY, "--policy", "reference",
+                 "--split", "all", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["tasks"] == 16
+    assert result["metrics"]["has_a"] == 1.0 and result["metrics"]["word_with_a"] == 1.0
+    assert result["metrics"]["digits"] == pytest.approx(32.0)
+
+
+def test_train_rejects_bad_override(capsys):
+    assert main(["train", "env_configs/quickstart.yaml", "algorithm.estimatr=grpo"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key 'algorithm.estimatr'" in err
+
+
+def test_missing_config_is_a_clear_error(capsys):
+    assert main(["train", "no_such_config.yaml"]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_plot_rejects_a_folder_without_metrics(tmp_path):
+    with pytest.raises(FileNotFoundError, match="run folder"):
+        main(["plot", str(Path(tmp_path))])
