@@ -37,12 +37,15 @@ def plot_runs(
     labels = list(labels) if labels else [Path(d).name for d in run_dirs]
     if len(labels) != len(runs):
         raise ValueError(f"{len(labels)} labels for {len(runs)} runs")
-    keys: list[str] = []
+    # components in reward-vector order (as the run recorded them), the weighted total first
+    keys: list[str] = ["reward/weighted/mean"]
     for records in runs:
-        for k in records[-1]:
-            if k.startswith("reward/") and k.endswith("/mean") and k not in keys:
-                keys.append(k)
-    keys.sort(key=lambda k: (k != "reward/weighted/mean", k))
+        names = records[-1].get("reward_names") or [
+            k[7:-5] for k in records[-1] if k.startswith("reward/") and k.endswith("/mean")
+        ]
+        for name in names:
+            if f"reward/{name}/mean" not in keys:
+                keys.append(f"reward/{name}/mean")
     n_curves = len(keys)
     n_heat = len(runs)
     cols = max(3, min(4, n_curves))
@@ -74,7 +77,7 @@ def plot_runs(
             continue
         ax.set_visible(True)
         m = np.array([[np.nan if v is None else v for v in row] for row in mats[-1]], float)
-        names = [k[7:-5] for k in keys if k != "reward/weighted/mean"]
+        names = records[-1].get("reward_names") or [k[7:-5] for k in keys[1:]]
         im = ax.imshow(m, vmin=-1, vmax=1, cmap="coolwarm")
         ax.set_xticks(range(len(m)), names[: len(m)], rotation=45, ha="right", fontsize=7)
         ax.set_yticks(range(len(m)), names[: len(m)], fontsize=7)

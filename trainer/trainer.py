@@ -453,6 +453,7 @@ class Trainer:
             reward_metrics(all_rewards, self.weights, self.reward_names, result.stats.to_dict())
         )
         record.update(update_metrics)
+        record["reward_names"] = list(self.reward_names)
         record["advantage/abs_mean"] = float(result.advantages.abs().mean())
         record["completion_length/mean"] = float(lengths.mean()) if lengths.size else 0.0
         record["completion_length/max"] = float(lengths.max()) if lengths.size else 0.0
