@@ -100,6 +100,9 @@ class RolloutConfig:
     """Upper bound on turns per episode (multi-turn envs also have their own limit)."""
     backend: Literal["hf", "vllm"] = "hf"
     """Generation backend: transformers ``generate`` or a colocated vLLM engine."""
+    vllm_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of ``vllm.LLM`` for the ``vllm`` backend (``gpu_memory_utilization``,
+    ``max_model_len``, ``enforce_eager``, ``enable_sleep_mode``, ...)."""
     groups_per_generate: int | None = None
     """Groups per generation call (default: all of a process's groups in one call). Setting 1
     makes sampling independent of how groups are spread over processes."""

@@ -59,13 +59,34 @@ def pack_episodes(episodes: Sequence, pad_id: int, device: torch.device) -> Pack
 def token_logprobs(
     model: torch.nn.Module, batch: PackedBatch, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probabilities ``[B, L-1]`` of each next token, and optionally the entropy."""
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
-    logits = out.logits[:, :-1].float()
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    """Log-probabilities ``[B, L-1]`` of each next token, and optionally the entropy.
+
+    Only positions from the first trained token of any row on get logits
+    (``logits_to_keep``): the prompt prefix needs none, and the vocabulary
+    projection and log-softmax are a large part of a step (most of it for big
+    vocabularies). Positions before that are returned as 0.
+    """
+    L = batch.input_ids.shape[1]
+    trained = batch.loss_mask.any(dim=0).nonzero()
+    first = int(trained[0].item()) if trained.numel() else L - 2
+    keep = L - first  # logits of positions first .. L-1 (the last one is dropped below)
+    kwargs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "use_cache": False}
+    try:
+        logits = model(**kwargs, logits_to_keep=keep).logits
+    except TypeError:  # a model without logits_to_keep
+        logits = model(**kwargs).logits[:, first:]
+    logits = logits[:, :-1].float()
+    targets = batch.input_ids[:, first + 1 :]
+    # fused log-softmax + gather: -cross_entropy is the log-probability of the target
+    logp = -torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none"
+    ).view(targets.shape)
+    logp = torch.nn.functional.pad(logp, (first, 0))
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
+            lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+            probs = torch.exp(logits - lse)
+            entropy = lse.squeeze(-1) - (probs * logits).sum(-1)
+            entropy = torch.nn.functional.pad(entropy, (first, 0))
     return logp, entropy

@@ -7,12 +7,12 @@ token-exact trajectories (``agents.Episode``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from agents.episode import Episode
 from agents.policy import Policy, SamplingParams
@@ -97,9 +97,10 @@ def collect_groups(
     """Run ``len(task_ids)`` groups of ``venv.group_size`` rollouts to the end.
 
     ``venv`` must have ``num_groups == len(task_ids)``. Generation runs in chunks
-    of ``groups_per_generate`` groups; before each chunk the torch RNG is seeded
-    with ``seed_for(first global group id of the chunk)`` so that sampling does
-    not depend on how groups are spread over processes.
+    of ``groups_per_generate`` groups, each sampled with the seed
+    ``seed_for(first global group id of the chunk)`` so that sampling does
+    not depend on how groups are spread over processes (the seed goes to the policy
+    through ``SamplingParams.seed``).
     """
     G = venv.group_size
     n = len(task_ids) * G
@@ -120,9 +121,12 @@ def collect_groups(
             idx = [i for i in active if start <= i < start + chunk]
             if not idx:
                 continue
+            chunk_sampling = sampling
             if seed_for is not None:
-                torch.manual_seed(seed_for(first_group_id + start // G))
-            acts = policy.act([obs[i] for i in idx], sampling, [episodes[i] for i in idx])
+                # every backend seeds from SamplingParams.seed (HF: the torch RNG; vLLM: per request)
+                seed = seed_for(first_group_id + start // G) % (2**31 - 1)
+                chunk_sampling = dataclasses.replace(sampling, seed=seed)
+            acts = policy.act([obs[i] for i in idx], chunk_sampling, [episodes[i] for i in idx])
             for i, a in zip(idx, acts):
                 actions[i] = a.text
                 texts[i] = a.text

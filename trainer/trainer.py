@@ -179,9 +179,7 @@ class Trainer:
             stop=tuple(r.stop),
         )
         if r.backend == "vllm":
-            from agents.vllm_policy import VLLMPolicy
-
-            self.policy = VLLMPolicy.from_model(self.unwrapped, self.tokenizer)
+            self.policy = self._start_vllm()
         else:
             self.policy = HFPolicy(self.unwrapped, self.tokenizer)
         self.pad_id = (
@@ -195,10 +193,24 @@ class Trainer:
         )
         if cfg.train.resume:
             self._resume(cfg.train.resume)
+            if r.backend == "vllm":
+                self.policy.update_weights(self.unwrapped.state_dict())
         if acc.is_main_process:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             with open(self.output_dir / "config.json", "w", encoding="utf-8") as f:
                 json.dump(config_to_dict(cfg), f, indent=2)
+
+    def _start_vllm(self):
+        """A colocated in-process vLLM engine serving a copy of the initial weights."""
+        import tempfile
+
+        from agents.vllm_policy import VLLMPolicy
+
+        folder = Path(tempfile.mkdtemp(prefix="corrgrpo-vllm-"))
+        self.unwrapped.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        kwargs = {"dtype": self.cfg.model.dtype, **self.cfg.rollout.vllm_kwargs}
+        return VLLMPolicy(folder, self.tokenizer, **kwargs)
 
     # ------------------------------------------------------------------ resume
     def _resume(self, where: str) -> None:
