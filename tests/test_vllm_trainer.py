@@ -28,7 +28,9 @@ from trainer.policy_forward import pack_episodes, token_logprobs  # noqa: E402
 from trainer.run_logger import read_metrics  # noqa: E402
 from trainer.trainer import Trainer  # noqa: E402
 
-ENGINE = {"max_model_len": 1024, "enforce_eager": True, "gpu_memory_utilization": 0.15}
+# an explicit KV-cache size: the CPU backend otherwise budgets a share of host memory minus
+# what this process already holds, which other engines of the same test session can exhaust
+ENGINE = {"max_model_len": 1024, "enforce_eager": True, "kv_cache_memory_bytes": 256 * 2**20}
 
 
 def test_vllm_rollouts_and_weight_sync(tmp_path):
