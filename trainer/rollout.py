@@ -124,7 +124,7 @@ def collect_groups(
             chunk_sampling = sampling
             if seed_for is not None:
                 # every backend seeds from SamplingParams.seed (HF: the torch RNG; vLLM: per request)
-                seed = seed_for(first_group_id + start // G) % (2**31 - 1)
+                seed = seed_for(first_group_id + start // G)
                 chunk_sampling = dataclasses.replace(sampling, seed=seed)
             acts = policy.act([obs[i] for i in idx], chunk_sampling, [episodes[i] for i in idx])
             for i, a in zip(idx, acts):
