@@ -119,6 +119,7 @@ class Trainer:
             self.reward_names.append("overlong")
             self.weights = np.append(self.weights, a.overlong_weight)
         self.sampler = TaskSampler(probe.task_ids, a.prompts_per_step, cfg.train.seed)
+        probe.close()  # only read for its rewards and tasks; the rollouts use self.venv
         self.venv = GroupedVectorEnv(
             cfg.env["id"],
             num_groups=self.groups_per_process,
