@@ -205,6 +205,20 @@ def new_token() -> str:
     return secrets.token_hex(16)
 
 
+def append_capped(
+    chunks: list[list[bytes]], sizes: list[int], idx: int, data: bytes, cap: int
+) -> bool:
+    """Keep at most ``cap`` bytes of stream ``idx``; True when stdout/stderr went past it.
+
+    ``sizes`` counts every byte read (kept or not), so the overflow is known even
+    though only the first ``cap`` bytes are stored.
+    """
+    if sizes[idx] < cap:
+        chunks[idx].append(data[: cap - sizes[idx]])
+    sizes[idx] += len(data)
+    return idx < 2 and sizes[idx] > cap
+
+
 def _drain(proc: subprocess.Popen, payload: bytes, status_fd: int | None, limits: Limits,
            start: float) -> tuple[list[bytes], str, str | None]:
     """Feed stdin, collect stdout/stderr/status until exit, timeout or too much output."""
@@ -249,10 +263,7 @@ def _drain(proc: subprocess.Popen, payload: bytes, status_fd: int | None, limits
                     sel.unregister(key.fileobj)
                     continue
                 idx = key.data
-                if sizes[idx] < limits.output_bytes:
-                    chunks[idx].append(data[: limits.output_bytes - sizes[idx]])
-                sizes[idx] += len(data)
-                if idx < 2 and sizes[idx] > limits.output_bytes:
+                if append_capped(chunks, sizes, idx, data, limits.output_bytes):
                     over = "output"
                     break
             if over:

@@ -51,6 +51,7 @@ from corrgrpo_envs.sandbox.base import (
     Sandbox,
     SandboxUnavailable,
     _parse_status,
+    append_capped,
     new_token,
 )
 from corrgrpo_envs.sandbox.runner import PRELOAD_MODULES, SERVER_SOURCE
@@ -231,10 +232,7 @@ class ForkServer:
                         sel.unregister(key.fd)
                         continue
                     idx = key.data
-                    if sizes[idx] < limits.output_bytes:
-                        chunks[idx].append(data[: limits.output_bytes - sizes[idx]])
-                    sizes[idx] += len(data)
-                    if idx < 2 and sizes[idx] > limits.output_bytes and over is None:
+                    if append_capped(chunks, sizes, idx, data, limits.output_bytes) and over is None:
                         over = "output"
                         try:
                             self._sock.send(b"K")
