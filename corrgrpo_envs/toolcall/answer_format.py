@@ -13,15 +13,21 @@ The tool-call block holds one JSON object per line. Only the text after the
 first ``</think>`` is searched for tool calls and the response, so a reasoning
 block that mentions ``<tool_call>`` does not count as a call. Parsing never
 raises: problems go to :attr:`ParsedAnswer.errors`.
+
+Parsing and the shape check take time linear in the answer: blocks are found
+with ``str.find`` (:func:`corrgrpo_envs.toolcalls.tag_blocks`), with exactly
+the results of the lazy regular expressions ``<tag>(.*?)</tag>`` they replace
+(those rescan the rest of the answer from every unclosed tag: quadratic).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from corrgrpo_envs.toolcalls import first_tag_block, load_json, tag_blocks
 
 __all__ = [
     "ParsedAnswer",
@@ -39,12 +45,6 @@ __all__ = [
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 RESPONSE_OPEN, RESPONSE_CLOSE = "<response>", "</response>"
-
-_TOOL_BLOCK = re.compile(re.escape(TOOL_OPEN) + r"(.*?)" + re.escape(TOOL_CLOSE), re.DOTALL)
-_RESPONSE_BLOCK = re.compile(
-    re.escape(RESPONSE_OPEN) + r"(.*?)" + re.escape(RESPONSE_CLOSE), re.DOTALL
-)
-_THINK_FIRST = re.compile(r"\A\s*" + re.escape(THINK_OPEN) + r"(.*?)" + re.escape(THINK_CLOSE), re.DOTALL)
 
 
 @dataclass
@@ -74,10 +74,9 @@ class ParsedAnswer:
 
 
 def _call_from_line(line: str) -> dict[str, Any] | str:
-    try:
-        obj = json.loads(line)
-    except (json.JSONDecodeError, RecursionError):
-        return f"tool-call line is not JSON: {line[:60]!r}"
+    obj, error = load_json(line)
+    if error:
+        return f"tool-call line {error}: {line[:60]!r}"
     if not isinstance(obj, dict):
         return "tool-call line is not a JSON object"
     name = obj.get("name")
@@ -92,36 +91,51 @@ def _call_from_line(line: str) -> dict[str, Any] | str:
     return {"name": name, "parameters": params}
 
 
+def _leading_think(text: str) -> tuple[str, str] | None:
+    """``(reasoning, rest)`` when ``text`` starts (after whitespace) with a closed ``<think>`` block.
+
+    ``str.lstrip`` strips exactly what the regular expression ``\\A\\s*`` skips.
+    """
+    stripped = text.lstrip()
+    if not stripped.startswith(THINK_OPEN):
+        return None
+    end = stripped.find(THINK_CLOSE, len(THINK_OPEN))
+    if end < 0:
+        return None
+    return stripped[len(THINK_OPEN) : end], stripped[end + len(THINK_CLOSE) :]
+
+
 def _after_think(text: str) -> tuple[str | None, str]:
-    match = _THINK_FIRST.match(text)
-    if match:
-        return match.group(1), text[match.end() :]
+    leading = _leading_think(text)
+    if leading is not None:
+        return leading
     cut = text.find(THINK_CLOSE)
     return None, (text if cut < 0 else text[cut + len(THINK_CLOSE) :])
 
 
 def parse_answer(text: Any) -> ParsedAnswer:
-    """Split an answer into think / tool calls / response; never raises."""
+    """Split an answer into think / tool calls / response; never raises, linear time."""
     if not isinstance(text, str):
         return ParsedAnswer(None, errors=[f"answer must be a str, got {type(text).__name__}"])
     think, rest = _after_think(text)
     parsed = ParsedAnswer(think=think)
-    for block in _TOOL_BLOCK.finditer(rest):
+    blocks, leftover = tag_blocks(rest, TOOL_OPEN, TOOL_CLOSE)
+    for block in blocks:
         parsed.num_tool_blocks += 1
-        for line in block.group(1).splitlines():
-            if not line.strip():
+        for line in block.splitlines():
+            line = line.strip()
+            if not line:
                 continue
-            call = _call_from_line(line.strip())
+            call = _call_from_line(line)
             if isinstance(call, str):
                 parsed.errors.append(call)
             else:
                 parsed.tool_calls.append(call)
-    leftover = _TOOL_BLOCK.sub("", rest)
     if TOOL_OPEN in leftover or TOOL_CLOSE in leftover:
         parsed.errors.append("unbalanced <tool_call> tags")
-    response = _RESPONSE_BLOCK.search(leftover)
-    if response:
-        parsed.response = response.group(1).strip()
+    response = first_tag_block(leftover, RESPONSE_OPEN, RESPONSE_CLOSE)
+    if response is not None:
+        parsed.response = response.strip()
     return parsed
 
 
@@ -134,17 +148,10 @@ def has_expected_shape(text: str, expects_calls: bool, expects_response: bool) -
     """
     if not isinstance(text, str):
         return False
-    match = _THINK_FIRST.match(text)
-    if not match:
+    leading = _leading_think(text)
+    if leading is None:
         return False
-    rest = text[match.end() :]
-    pattern = ""
-    if expects_calls:
-        pattern += r"\s*" + re.escape(TOOL_OPEN) + r"\n.*?\n" + re.escape(TOOL_CLOSE)
-    if expects_response:
-        pattern += r"\s*" + re.escape(RESPONSE_OPEN) + r".*?" + re.escape(RESPONSE_CLOSE)
-    if not re.fullmatch(pattern + r"\s*", rest, re.DOTALL):
-        return False
+    rest = leading[1]
     wanted = {
         THINK_OPEN: 0,
         THINK_CLOSE: 0,
@@ -153,7 +160,27 @@ def has_expected_shape(text: str, expects_calls: bool, expects_response: bool) -
         RESPONSE_OPEN: int(expects_response),
         RESPONSE_CLOSE: int(expects_response),
     }
-    return all(rest.count(tag) == n for tag, n in wanted.items())
+    if not all(rest.count(tag) == n for tag, n in wanted.items()):
+        return False
+    # Each tag occurs at most once now, so the blocks can be read off with find.
+    rest = rest.lstrip()
+    if expects_calls:
+        if not rest.startswith(TOOL_OPEN):
+            return False
+        end = rest.find(TOOL_CLOSE)
+        inner = rest[len(TOOL_OPEN) : end]
+        # "\n.*?\n": two distinct newlines, one after the opening tag, one before the closing tag
+        if end < 0 or len(inner) < 2 or inner[0] != "\n" or inner[-1] != "\n":
+            return False
+        rest = rest[end + len(TOOL_CLOSE) :].lstrip()
+    if expects_response:
+        if not rest.startswith(RESPONSE_OPEN):
+            return False
+        end = rest.find(RESPONSE_CLOSE)
+        if end < 0:
+            return False
+        rest = rest[end + len(RESPONSE_CLOSE) :].lstrip()
+    return rest == ""
 
 
 def render_answer(

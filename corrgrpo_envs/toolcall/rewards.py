@@ -23,6 +23,22 @@ An expected call is ``{"name", "parameters"}``; BFCL-style calls may add
 (parameters that may be left out; they count as expected when given).
 Values are equal when they are the same JSON value; ``1`` equals ``1.0`` but
 ``true`` is not ``1`` and ``"1"`` is not ``1``.
+
+Rule sets (``rules=``):
+
+* ``"paper"`` (default): the rules above, as RLLA / ToolRL define them. Only the
+  best-matching predicted calls are scored, so a policy unsure between k
+  candidate calls earns more by emitting all of them than by committing to one.
+* ``"strict"``: every correctness reward's normalised score (``n``,
+  ``p / P_max``, ``v / V_max``, each in [0, 1]) is multiplied by the share of
+  predicted calls that count: for ``function_name`` the predicted names that
+  are expected names (multiset intersection / number of predicted calls), for
+  ``parameter`` and ``values`` the predicted calls the matching pairs with an
+  expected call. No predicted call at all scores the minima. An answer without
+  unmatched predicted calls scores as under ``"paper"``. For one expected call,
+  emitting k candidates then scores at most the mean of the k single-call
+  answers (strictly less when one of them has the expected name), so committing
+  to the most likely call wins in expectation.
 """
 
 from __future__ import annotations
@@ -35,6 +51,7 @@ from typing import Any
 from corrgrpo_envs.toolcall.answer_format import has_expected_shape, parse_answer
 
 __all__ = [
+    "RULE_SETS",
     "REWARD_NAMES",
     "REWARD_LOW",
     "REWARD_HIGH",
@@ -55,6 +72,8 @@ __all__ = [
 REWARD_NAMES = ("function_name", "parameter", "values", "format")
 REWARD_LOW = (-0.5, -1.0, -1.5, 0.0)
 REWARD_HIGH = (0.5, 1.0, 1.5, 1.0)
+#: The reward rule sets: the paper's, and one where unmatched predicted calls cost reward.
+RULE_SETS = ("paper", "strict")
 
 Call = Mapping[str, Any]
 
@@ -128,24 +147,38 @@ class CallMatch:
     num_expected_keys: int
 
 
+def _key_jaccard(keys: Sequence[str], predicted_keys: Sequence[str]) -> float:
+    # Both lists are duplicate-free (dict keys), so set Jaccard equals multiset Jaccard.
+    a, b = set(keys), set(predicted_keys)
+    if not a and not b:
+        return 1.0
+    union = len(a | b)
+    return len(a & b) / union if union else 0.0
+
+
 def match_calls(expected: Sequence[Call], predicted: Sequence[Call]) -> tuple[list[CallMatch], int]:
     """Greedy matching in expected order; returns the matches and ``V_max``.
 
     Ties go to the earliest predicted call. ``V_max`` counts, per expected call,
     its parameters (plus the optional ones its match gives).
     """
+    by_name: dict[Any, list[int]] = {}
+    for j, pred in enumerate(predicted):
+        name = pred.get("name")
+        if isinstance(name, str):
+            by_name.setdefault(name, []).append(j)
     used: set[int] = set()
     matches: list[CallMatch] = []
     v_max = 0
     for i, exp in enumerate(expected):
         best: CallMatch | None = None
         best_score = 0.0
-        for j, pred in enumerate(predicted):
-            if j in used or pred.get("name") != exp.get("name"):
+        for j in by_name.get(exp.get("name"), ()) if isinstance(exp.get("name"), str) else ():
+            if j in used:
                 continue
-            pred_params = pred.get("parameters") or {}
+            pred_params = predicted[j].get("parameters") or {}
             keys = _expected_keys(exp, pred_params)
-            key_score = multiset_jaccard(keys, list(pred_params))
+            key_score = _key_jaccard(keys, list(pred_params))
             equal = sum(1 for k in keys if k in pred_params and _value_matches(exp, k, pred_params[k]))
             if key_score + equal > best_score:
                 best_score = key_score + equal
@@ -174,19 +207,52 @@ def calls_exactly_match(expected: Sequence[Call], predicted: Sequence[Call]) -> 
     return True
 
 
-def function_name_reward(expected: Sequence[Call], predicted: Sequence[Call] | None) -> float:
-    """``n - 0.5``, ``n`` the multiset Jaccard of tool names; in [-0.5, 0.5]."""
+def _check_rules(rules: str) -> None:
+    if rules not in RULE_SETS:
+        raise ValueError(f"rules must be one of {RULE_SETS}, got {rules!r}")
+
+
+def _names(calls: Sequence[Call]) -> list[Any]:
+    return [c.get("name") for c in calls]
+
+
+def _name_precision(expected: Sequence[Call], predicted: Sequence[Call]) -> float:
+    """Share of predicted calls whose name is an expected name (multiset intersection); 0 for none."""
+    if not predicted:
+        return 0.0
+    names = [n for n in _names(predicted) if isinstance(n, str)]
+    common = sum((Counter(_names(expected)) & Counter(names)).values())
+    return common / len(predicted)
+
+
+def _match_precision(matches: Sequence[CallMatch], predicted: Sequence[Call]) -> float:
+    """Share of predicted calls the greedy matching pairs with an expected call; 0 for none."""
+    return len(matches) / len(predicted) if predicted else 0.0
+
+
+def function_name_reward(
+    expected: Sequence[Call], predicted: Sequence[Call] | None, rules: str = "paper"
+) -> float:
+    """``n - 0.5``, ``n`` the multiset Jaccard of tool names (``"strict"``: times the name precision); in [-0.5, 0.5]."""
+    _check_rules(rules)
     if not expected:
         return 0.0
     if predicted is None:
         return -0.5
     if calls_exactly_match(expected, predicted):
         return 0.5
-    return multiset_jaccard([c["name"] for c in expected], [c.get("name") for c in predicted]) - 0.5
+    names = [n if isinstance(n, str) else None for n in _names(predicted)]
+    n = multiset_jaccard(_names(expected), names)
+    if rules == "strict":
+        n *= _name_precision(expected, predicted)
+    return n - 0.5
 
 
-def parameter_reward(expected: Sequence[Call], predicted: Sequence[Call] | None) -> float:
-    """``2 p / P_max - 1`` over the greedy matches; in [-1, 1]."""
+def parameter_reward(
+    expected: Sequence[Call], predicted: Sequence[Call] | None, rules: str = "paper"
+) -> float:
+    """``2 p / P_max - 1`` over the greedy matches (``"strict"``: ``p / P_max`` times the match precision); in [-1, 1]."""
+    _check_rules(rules)
     if not expected:
         return 0.0
     if predicted is None:
@@ -194,11 +260,18 @@ def parameter_reward(expected: Sequence[Call], predicted: Sequence[Call] | None)
     if calls_exactly_match(expected, predicted):
         return 1.0
     matches, _ = match_calls(expected, predicted)
-    return 2.0 * sum(m.key_score for m in matches) / len(expected) - 1.0
+    share = sum(m.key_score for m in matches) / len(expected)
+    if rules == "strict":
+        share *= _match_precision(matches, predicted)
+    return 2.0 * share - 1.0
 
 
-def values_reward(expected: Sequence[Call], predicted: Sequence[Call] | None) -> float:
-    """``3 v / V_max - 1.5`` over the greedy matches; in [-1.5, 1.5] (1.5 when ``V_max = 0``)."""
+def values_reward(
+    expected: Sequence[Call], predicted: Sequence[Call] | None, rules: str = "paper"
+) -> float:
+    """``3 v / V_max - 1.5`` over the greedy matches, 1.5 when ``V_max = 0`` (``"strict"``: ``v / V_max``
+    times the match precision); in [-1.5, 1.5]."""
+    _check_rules(rules)
     if not expected:
         return 0.0
     if predicted is None:
@@ -206,9 +279,10 @@ def values_reward(expected: Sequence[Call], predicted: Sequence[Call] | None) ->
     if calls_exactly_match(expected, predicted):
         return 1.5
     matches, v_max = match_calls(expected, predicted)
-    if v_max == 0:
-        return 1.5
-    return 3.0 * sum(m.equal_values for m in matches) / v_max - 1.5
+    share = 1.0 if v_max == 0 else sum(m.equal_values for m in matches) / v_max
+    if rules == "strict":
+        share *= _match_precision(matches, predicted)
+    return 3.0 * share - 1.5
 
 
 def format_reward(answer: str, expects_calls: bool, expects_response: bool) -> float:
@@ -227,9 +301,11 @@ class AnswerScore:
 
 
 def score_answer(
-    answer: str, expected_calls: Sequence[Call], expects_response: bool
+    answer: str, expected_calls: Sequence[Call], expects_response: bool, rules: str = "paper"
 ) -> AnswerScore:
-    """Score an answer against the expected calls (``[]``: no call expected); never raises."""
+    """Score an answer against the expected calls (``[]``: no call expected) under a rule set
+    of :data:`RULE_SETS`; never raises on any answer."""
+    _check_rules(rules)
     parsed = parse_answer(answer)
     error: str | None = None
     predicted: list[dict[str, Any]] | None = parsed.tool_calls
@@ -239,9 +315,9 @@ def score_answer(
     elif parsed.think is None and not parsed.num_tool_blocks and parsed.response is None:
         error = "answer has no <think>, <tool_call> or <response> block"
     rewards = {
-        "function_name": function_name_reward(expected_calls, predicted),
-        "parameter": parameter_reward(expected_calls, predicted),
-        "values": values_reward(expected_calls, predicted),
+        "function_name": function_name_reward(expected_calls, predicted, rules),
+        "parameter": parameter_reward(expected_calls, predicted, rules),
+        "values": values_reward(expected_calls, predicted, rules),
         "format": format_reward(answer, bool(expected_calls), expects_response),
     }
     exact = bool(expected_calls) and all(
