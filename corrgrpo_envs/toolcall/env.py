@@ -23,7 +23,13 @@ from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
 from corrgrpo_envs.tasks import Task, TaskSource
 from corrgrpo_envs.toolcall.answer_format import render_answer
 from corrgrpo_envs.toolcall.datasets import DATASETS
-from corrgrpo_envs.toolcall.rewards import REWARD_HIGH, REWARD_LOW, REWARD_NAMES, score_answer
+from corrgrpo_envs.toolcall.rewards import (
+    REWARD_HIGH,
+    REWARD_LOW,
+    REWARD_NAMES,
+    RULE_SETS,
+    score_answer,
+)
 
 __all__ = ["ToolCallEnv", "toolcall_metrics", "load_tasks"]
 
@@ -119,6 +125,9 @@ class ToolCallEnv(MultiRewardEnv):
         num_tasks, seed: size and seed of the generated data set.
         dataset_options: extra loader options (e.g. ``{"categories": [...]}`` for BFCL).
         reward_weights: weights of the four rewards (default all 1).
+        rules: the reward rule set, ``"paper"`` (default: RLLA / ToolRL's rules) or
+            ``"strict"`` (unmatched predicted calls cost reward, so hedging with several
+            candidate calls does not pay; see :mod:`corrgrpo_envs.toolcall.rewards`).
     """
 
     def __init__(
@@ -130,8 +139,12 @@ class ToolCallEnv(MultiRewardEnv):
         seed: int = 0,
         dataset_options: dict[str, Any] | None = None,
         reward_weights: Sequence[float] | None = None,
+        rules: str = "paper",
         **kwargs: Any,
     ):
+        if rules not in RULE_SETS:
+            raise ValueError(f"rules must be one of {RULE_SETS}, got {rules!r}")
+        self.rules = rules
         tasks = load_tasks(dataset, format, split, num_tasks, seed, dataset_options)
         super().__init__(
             tasks=tasks,
@@ -151,7 +164,7 @@ class ToolCallEnv(MultiRewardEnv):
     def _act(self, action: str) -> StepOutcome:
         assert self.task is not None
         expected = self.task["expected_calls"]
-        score = score_answer(action, expected, self.task["expects_response"])
+        score = score_answer(action, expected, self.task["expects_response"], self.rules)
         info: dict[str, Any] = {
             "dataset": self.task["dataset"],
             "expects_calls": bool(expected),
