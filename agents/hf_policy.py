@@ -10,9 +10,14 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from agents.policy import Action, SamplingParams
+from agents.static_decode import static_decode, static_decode_unsupported
 from agents.token_policy import TokenPolicy
 
-__all__ = ["HFPolicy", "finish_completion"]
+__all__ = ["HFPolicy", "finish_completion", "DECODERS"]
+
+#: ``HFPolicy(decoder=...)``: ``auto`` (the static-cache loop where the model is supported,
+#: else ``generate``), ``static`` (:func:`agents.static_decode.static_decode`), ``generate``.
+DECODERS = ("auto", "static", "generate")
 
 
 class _SampledLogprobs:
@@ -96,6 +101,14 @@ class _StopStrings(StoppingCriteria):
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
+def _is_sharded(model: Any) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return False
+    return isinstance(model, FSDPModule)
+
+
 class HFPolicy(TokenPolicy):
     """Samples with ``model.generate`` (left-padded batches) and reports exact tokens and logprobs.
 
@@ -105,6 +118,12 @@ class HFPolicy(TokenPolicy):
         tokenizer: its tokenizer, with a chat template.
         device: where inputs go (default: the model's device).
         batch_size: most conversations per ``generate`` call (default: all at once).
+        decoder: ``auto`` (default): the decode loop with a preallocated KV cache of
+            :mod:`agents.static_decode` for Llama-family models (Qwen2, Llama, Mistral),
+            which is faster than ``generate`` and samples the same way, else ``generate``;
+            ``static``: that loop (an error for other models); ``generate``: transformers'
+            ``model.generate``. A model sharded by FSDP always uses ``generate`` with
+            ``synced_gpus`` (every process runs forward passes until all are done).
 
     Logprobs are the log-softmax of the model's raw logits (temperature 1, no
     top-p), computed in float32 as generation goes (one ``[B, V]`` buffer at a time).
@@ -116,10 +135,16 @@ class HFPolicy(TokenPolicy):
         tokenizer: Any,
         device: str | torch.device | None = None,
         batch_size: int | None = None,
+        decoder: str = "auto",
     ):
         super().__init__(tokenizer)
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder: {decoder!r} is not allowed; allowed values: {', '.join(DECODERS)}")
+        if decoder == "static" and (why := static_decode_unsupported(model)) is not None:
+            raise ValueError(f"decoder='static' cannot run this model: {why}")
+        self.decoder = decoder
         self._model = model
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.batch_size = batch_size
@@ -138,6 +163,13 @@ class HFPolicy(TokenPolicy):
     @property
     def model(self) -> Any:
         return self._model
+
+    def _static(self) -> bool:
+        """Whether this call decodes with the static-cache loop (checked per call: a
+        trainer may shard the model after building the policy)."""
+        if self.decoder == "generate":
+            return False
+        return static_decode_unsupported(self._model) is None
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingParams) -> list[Action]:
         size = self.batch_size or max(1, len(prompts))
@@ -174,23 +206,40 @@ class HFPolicy(TokenPolicy):
         )
         from transformers import LogitsProcessorList
 
-        recorder = _SampledLogprobs(width)
-        options["logits_processor"] = LogitsProcessorList([recorder])
-        if sampling.stop:
-            options["stopping_criteria"] = StoppingCriteriaList([_StopStrings(self.tokenizer, sampling.stop, width)])
+        stop = _StopStrings(self.tokenizer, sampling.stop, width) if sampling.stop else None
         was_training = self._model.training
         self._model.eval()
         try:
-            out = self._model.generate(
-                input_ids=input_ids.to(self.device),
-                attention_mask=attention.to(self.device),
-                **options,
-            )
+            if self._static():
+                generated, token_logprobs = static_decode(
+                    self._model,
+                    input_ids.to(self.device),
+                    attention.to(self.device),
+                    max_new_tokens=int(sampling.max_new_tokens),
+                    temperature=0.0 if greedy else float(sampling.temperature),
+                    top_p=1.0 if greedy else float(sampling.top_p),
+                    eos_ids=sorted(self.eos_ids),
+                    pad_id=self.pad_id,
+                    stopping=stop,
+                )
+                generated, token_logprobs = generated.cpu(), token_logprobs.cpu()
+            else:
+                recorder = _SampledLogprobs(width)
+                options["logits_processor"] = LogitsProcessorList([recorder])
+                if stop is not None:
+                    options["stopping_criteria"] = StoppingCriteriaList([stop])
+                if _is_sharded(self._model):
+                    options["synced_gpus"] = True
+                out = self._model.generate(
+                    input_ids=input_ids.to(self.device),
+                    attention_mask=attention.to(self.device),
+                    **options,
+                )
+                generated = out.sequences[:, width:].cpu()
+                # raw logits, before temperature/top-p: the logprob of each sampled token at temperature 1
+                token_logprobs = recorder.result(out.sequences).cpu()
         finally:
             self._model.train(was_training)
-        generated = out.sequences[:, width:].cpu()
-        # raw logits, before temperature/top-p: the logprob of each sampled token at temperature 1
-        token_logprobs = recorder.result(out.sequences).cpu()
         actions = []
         for row, prompt in enumerate(prompts):
             ids, text, reason = finish_completion(
