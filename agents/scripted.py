@@ -28,17 +28,19 @@ class ReferencePolicy(Policy):
 
     Args:
         env: a corrgrpo env, a ``GroupedVectorEnv`` (its ``call``), or a function
-            ``task_id -> str | list[str]``.
+            ``task_id -> list[str]``.
 
-    The task of each observation comes from ``act(..., task_ids=[...])``, else from
-    ``episodes[i].task_id``, else from a vector env's ``current_task_ids``. For
-    multi-turn references (a list), turn ``i`` plays item ``i``; ``i`` is the
-    episode's number of turns, or the number of assistant messages in the
-    observation when no episodes are given.
+    A reference is the assistant message of each turn, in order
+    (:meth:`corrgrpo_envs.MultiRewardEnv.reference_action`): turn ``i`` plays item
+    ``i`` (the last item again if the episode runs longer). ``i`` is the episode's
+    number of turns, or the number of assistant messages in the observation when
+    no episodes are given. The task of each observation comes from
+    ``act(..., task_ids=[...])``, else from ``episodes[i].task_id``, else from a
+    vector env's ``current_task_ids``.
     """
 
     def __init__(self, env: Any):
-        self._reference: Callable[[str], Any]
+        self._reference: Callable[[str], Sequence[str]]
         if hasattr(env, "unwrapped") and hasattr(env.unwrapped, "reference_action"):
             self._reference = env.unwrapped.reference_action
         elif hasattr(env, "call") and hasattr(env, "current_task_ids"):
@@ -48,12 +50,22 @@ class ReferencePolicy(Policy):
         else:
             raise ValueError("env must expose reference_action(task_id) or be a function of the task id")
         self._env = env
-        self._cache: dict[str, Any] = {}
+        self._cache: dict[str, list[str]] = {}
 
-    def reference(self, task_id: str) -> str | list[str] | None:
-        """The task's reference (cached: it never changes)."""
+    def reference(self, task_id: str) -> list[str]:
+        """The task's reference messages, one per turn (cached: they never change)."""
         if task_id not in self._cache:
-            self._cache[task_id] = self._reference(task_id)
+            ref = self._reference(task_id)
+            if isinstance(ref, str) or not isinstance(ref, (list, tuple)):
+                raise TypeError(
+                    f"reference_action({task_id!r}) must return list[str] (one message per turn), "
+                    f"got {type(ref).__name__}"
+                )
+            if not ref or not all(isinstance(m, str) for m in ref):
+                raise TypeError(
+                    f"reference_action({task_id!r}) must return a non-empty list of str, got {ref!r:.200}"
+                )
+            self._cache[task_id] = list(ref)
         return self._cache[task_id]
 
     def _task_ids(self, n: int, task_ids: Sequence[str] | None, episodes: Sequence[Episode] | None) -> list[str]:
@@ -83,13 +95,11 @@ class ReferencePolicy(Policy):
         actions = []
         for i, task_id in enumerate(self._task_ids(len(observations), task_ids, episodes)):
             ref = self.reference(task_id)
-            if isinstance(ref, (list, tuple)):
-                if episodes is not None:
-                    turn = episodes[i].num_turns
-                else:
-                    turn = sum(m.get("role") == "assistant" for m in observations[i]["messages"])
-                ref = ref[min(turn, len(ref) - 1)] if ref else ""
-            actions.append(Action(text="" if ref is None else str(ref), info={"task_id": task_id}))
+            if episodes is not None:
+                turn = episodes[i].num_turns
+            else:
+                turn = sum(m.get("role") == "assistant" for m in observations[i]["messages"])
+            actions.append(Action(text=ref[min(turn, len(ref) - 1)], info={"task_id": task_id}))
         _record(episodes, observations, actions)
         return actions
 

@@ -66,7 +66,7 @@ def _rate(fn: Callable[[], int], n: int, repeats: int) -> float:
 def bench(name: str, source, repeats: int) -> None:
     env = ToolCallEnv(dataset=source)
     tasks = list(env.tasks)
-    truth = [t.get("ground_truth") or env.reference_action(t.id) for t in tasks]
+    truth = [t.get("ground_truth") or env.reference_action(t.id)[0] for t in tasks]
     perturbed = [_perturb(t["expected_calls"], i % 5, a) for i, (t, a) in enumerate(zip(tasks, truth))]
     for label, answers in (("ground truth", truth), ("perturbed", perturbed)):
         pairs = list(zip(tasks, answers))

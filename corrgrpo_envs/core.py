@@ -11,11 +11,23 @@ A domain subclasses it and implements two hooks:
 * ``_act(action) -> StepOutcome``: score (and, for multi-turn domains, advance)
   one assistant message.
 
+and, where it can, the two methods the evaluation, the reference policy and
+the conformance tests use:
+
+* ``reference_action(task_id) -> list[str]``: the reference's assistant
+  message for each turn, in order (one element for a single-turn domain); the
+  default raises ``NotImplementedError`` (a domain without references);
+* ``metrics(records) -> dict[str, float]``: evaluation metrics from episode
+  records (see :mod:`corrgrpo_envs.metrics`); the default is each component's
+  mean and the mean weighted total.
+
 The base class owns everything that must be the same for every domain: task
 selection from the env's own seeded generator, validation of the action
 (non-strings, empty, oversized and binary actions get the lowest reward and
-``info["error"]`` instead of an exception), the reward vector's dtype and the
-``info`` keys.
+``info["error"]`` instead of an exception), the reward vector's dtype, the
+``info`` keys, and observations that are fresh objects on every call (a caller
+may keep or change what ``reset`` and ``step`` return without touching the
+env's state, as Gymnasium's ``check_env`` requires).
 """
 
 from __future__ import annotations
@@ -28,10 +40,17 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from corrgrpo_envs.metrics import EpisodeRecord, reward_means
 from corrgrpo_envs.spaces import Conversation, UnicodeText
 from corrgrpo_envs.tasks import Task, TaskSource
 
-__all__ = ["MultiRewardEnv", "StepOutcome", "validate_action", "MAX_ACTION_CHARS"]
+__all__ = [
+    "MultiRewardEnv",
+    "StepOutcome",
+    "validate_action",
+    "fresh_copy",
+    "MAX_ACTION_CHARS",
+]
 
 #: Default cap on an action's length: far above any real answer, far below a DoS.
 MAX_ACTION_CHARS = 200_000
@@ -78,6 +97,25 @@ def validate_action(action: Any, max_chars: int = MAX_ACTION_CHARS) -> str | Non
     return None
 
 
+def fresh_copy(value: Any) -> Any:
+    """A copy of a JSON-like value whose containers (dict, list, tuple, set, ndarray) are all new.
+
+    Strings, numbers and other immutable leaves are shared (they cannot be
+    changed in place); cheaper than ``copy.deepcopy`` on conversations.
+    """
+    if isinstance(value, dict):
+        return {k: fresh_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [fresh_copy(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(fresh_copy(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return type(value)(fresh_copy(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    return value
+
+
 class MultiRewardEnv(gym.Env[dict, str]):
     """A Gymnasium env over conversations with a named vector reward.
 
@@ -94,7 +132,9 @@ class MultiRewardEnv(gym.Env[dict, str]):
         task_ids: ids of the tasks in this env's split.
     """
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi"]}
+    #: ``render()`` writes the conversation as text. Gymnasium's checker asks every env
+    #: with render modes for a frame rate; a conversation has none, so it is nominal.
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(
         self,
@@ -144,6 +184,28 @@ class MultiRewardEnv(gym.Env[dict, str]):
         """Score (and for multi-turn domains, advance) one valid assistant message."""
         raise NotImplementedError
 
+    def reference_action(self, task_id: str) -> list[str]:
+        """The reference's assistant message for each turn of ``task_id``, in order.
+
+        Single-turn domains return one element; multi-turn domains one message
+        per turn, the last one ending the episode. Unknown ids raise ``KeyError``.
+        A domain without reference answers keeps this default, which raises
+        ``NotImplementedError`` (the reference policy and the conformance tests
+        then fall back on sampled actions).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no reference answers")
+
+    def metrics(self, records: Sequence[EpisodeRecord]) -> dict[str, float]:
+        """Evaluation metrics from one record per episode.
+
+        Records are ``{"task_id", "reward_components", "info", "text"}`` as the
+        evaluation's play loop produces them (``reward_components``: the
+        episode's return per component). The default: each component's mean
+        (keyed by its name) and the mean weighted total (``"total"``); ``{}``
+        for no records.
+        """
+        return reward_means(records, self.reward_names, self.reward_weights)
+
     def _invalid_outcome(self, error: str) -> StepOutcome:
         """What an unusable action gets: the lowest reward, and the episode ends."""
         low = self.reward_space.low
@@ -176,7 +238,7 @@ class MultiRewardEnv(gym.Env[dict, str]):
         self.task = task
         self._obs = self._observe_task(task)
         self._done = False
-        return self._obs, {"task_id": task.id}
+        return fresh_copy(self._obs), {"task_id": task.id}
 
     def step(self, action: str) -> tuple[dict, np.ndarray, bool, bool, dict[str, Any]]:
         """Apply one assistant message; returns ``(obs, reward[K], terminated, truncated, info)``."""
@@ -196,7 +258,13 @@ class MultiRewardEnv(gym.Env[dict, str]):
         info = dict(outcome.info)
         info["task_id"] = self.task.id
         info["reward_components"] = {n: float(v) for n, v in zip(self.reward_names, reward)}
-        return self._obs, reward, bool(outcome.terminated), bool(outcome.truncated), info
+        return (
+            fresh_copy(self._obs),
+            reward,
+            bool(outcome.terminated),
+            bool(outcome.truncated),
+            info,
+        )
 
     def render(self) -> str | None:
         if self.render_mode != "ansi" or self._obs is None:

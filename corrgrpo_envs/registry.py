@@ -3,17 +3,35 @@
 Environments are registered with Gymnasium itself (so ``gymnasium.make`` works
 on them) and recorded here, so tools like ``corrgrpo envs list`` and the
 conformance tests can find every multi-reward env, the user's included.
+
+:func:`make` also takes an entry point, ``"package.module:attribute"``, where
+the attribute is an env class or a factory returning an env: a YAML config
+(``env: {id: mypkg.envs:MyEnv}``) or a ``GroupedVectorEnv`` worker can then build
+an env that was never registered, as long as its module imports.
 """
 
 from __future__ import annotations
 
+import importlib
+import re
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import yaml
 
-__all__ = ["register", "make", "registered_ids", "load_env_config", "resolve_config_path"]
+__all__ = [
+    "register",
+    "make",
+    "registered_ids",
+    "load_env_config",
+    "resolve_config_path",
+    "is_entry_point",
+    "load_entry_point",
+]
+
+#: ``package.module:attribute`` (dotted module path, then a dotted attribute path).
+_ENTRY_POINT = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 _IDS: dict[str, str] = {}  # id -> one-line description
 
@@ -66,18 +84,68 @@ def load_env_config(path: str | Path) -> dict[str, Any]:
     return dict(section)
 
 
-def make(id_or_config: str | Path, **overrides: Any) -> gym.Env:
-    """Build an env from a registered id or from a YAML file's ``env:`` section.
+def is_entry_point(text: str) -> bool:
+    """Whether ``text`` has the form ``package.module:attribute``."""
+    return bool(_ENTRY_POINT.match(text))
 
-    Keyword ``overrides`` replace the id's defaults or the file's values.
+
+def load_entry_point(entry_point: str) -> Any:
+    """Import ``package.module`` and return its ``attribute`` (dotted paths allowed).
+
+    Raises ``ModuleNotFoundError`` (the module, or one it imports, is missing) or
+    ``AttributeError`` naming the module and the missing attribute.
+    """
+    if not is_entry_point(entry_point):
+        raise ValueError(f"entry point must look like 'package.module:attribute', got {entry_point!r}")
+    module_name, attr_path = entry_point.split(":", 1)
+    obj: Any = importlib.import_module(module_name)
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AttributeError(
+                f"entry point {entry_point!r}: module {module_name!r} has no attribute {attr_path!r}"
+            ) from None
+    return obj
+
+
+def _make_entry_point(entry_point: str, overrides: dict[str, Any]) -> gym.Env:
+    """Build the env of an entry point through Gymnasium's ``make`` (same wrappers as an id)."""
+    factory = load_entry_point(entry_point)
+    if not callable(factory):
+        raise TypeError(f"entry point {entry_point!r} is not a class or a factory: {factory!r}")
+    spec = gym.envs.registration.EnvSpec(
+        id=entry_point, entry_point=factory, kwargs={}, disable_env_checker=True
+    )
+    env = gym.make(spec, **overrides)
+    if not isinstance(env.unwrapped, gym.Env):
+        raise TypeError(f"entry point {entry_point!r} returned {type(env.unwrapped).__name__}, not an env")
+    return env
+
+
+def make(id_or_config: str | Path, **overrides: Any) -> gym.Env:
+    """Build an env from a registered id, an entry point or a YAML file's ``env:`` section.
+
+    ``id_or_config`` is a registered id (``"corrgrpo/ToolCall-v0"``), an entry
+    point ``"package.module:attribute"`` (an env class or a factory; the module
+    is imported, the attribute called with the keyword arguments), or a YAML
+    path whose ``env.id`` is either. Keyword ``overrides`` replace the id's
+    defaults or the file's values.
     """
     text = str(id_or_config)
     if text.endswith((".yaml", ".yml")):
         section = load_env_config(text)
-        env_id = section.pop("id")
+        env_id = str(section.pop("id"))
+        if env_id.endswith((".yaml", ".yml")):
+            raise ValueError(f"{text}: env.id must be an env id or an entry point, not a config ({env_id!r})")
         section.update(overrides)
-        return gym.make(env_id, **section)
-    if text not in gym.registry:
-        known = ", ".join(registered_ids())
-        raise ValueError(f"unknown env id {text!r}; registered: {known}")
-    return gym.make(text, **overrides)
+        return make(env_id, **section)
+    if text in gym.registry:
+        return gym.make(text, **overrides)
+    if is_entry_point(text):
+        return _make_entry_point(text, overrides)
+    known = ", ".join(registered_ids())
+    raise ValueError(
+        f"unknown env id {text!r}; registered: {known} "
+        "(or give an entry point 'package.module:attribute')"
+    )

@@ -100,9 +100,11 @@ class GroupedVectorEnv:
     """P groups x G members of a multi-reward env, stepped as one batch.
 
     Args:
-        env: a registered id, a YAML config path, or a factory returning an env
-            (called with ``env_kwargs``; must be picklable for ``executor="process"``,
-            e.g. a module-level function or class).
+        env: a registered id, an entry point ``"package.module:attribute"``, a YAML
+            config path, or a factory returning an env (called with ``env_kwargs``;
+            must be picklable for ``executor="process"``, e.g. a module-level
+            function or class). Process workers import an entry point's module
+            themselves (they start with this process's ``sys.path``).
         num_groups: P, the number of distinct tasks per batch.
         group_size: G, rollouts per task.
         workers: threads or processes the members are spread over.

@@ -213,19 +213,39 @@ def test_clean_security_option():
     np.testing.assert_array_equal(reward, [1.0, 1.0])
 
 
+def one_call_per_message(env, task_id: str) -> list[str]:
+    """What an agent that makes one tool call per message sends to finish the user task:
+    each ground-truth call in its own message, then the expected output as the final answer."""
+    from corrgrpo_envs.toolcalls import render_hermes
+
+    u = env.unwrapped
+    episode = u._new_episode(u.case(task_id))
+    calls = episode.user_task.ground_truth(episode.environment)
+    answer = episode.user_task.GROUND_TRUTH_OUTPUT or "Done."
+    return [render_hermes([{"name": c.function, "arguments": dict(c.args)}]) for c in calls] + [answer]
+
+
 def test_clean_ground_truth_of_every_suite_agrees_with_agentdojo(env):
+    """Every clean case, played one call per message within the default turn budget, reaches
+    utility 1; the reference is that same replay, and AgentDojo agrees on every verdict."""
     u = env.unwrapped
     clean = [t for t in u.task_ids if t.count("/") == 1]
     assert len(clean) == 97
+    longest = 0
     records = []
     for task_id in clean:
-        obs, reward, terminated, truncated, info = replay(env, task_id, u.reference_action(task_id))
+        messages = one_call_per_message(env, task_id)
+        longest = max(longest, len(messages))
+        assert len(messages) <= u.max_turns, task_id
+        assert u.reference_action(task_id) == messages, task_id
+        obs, reward, terminated, truncated, info = replay(env, task_id, messages)
         assert terminated and not truncated
         expected_utility, _ = agentdojo_ground_truth(env, Case.from_id(task_id))
         assert info["utility_check"] == expected_utility, task_id
         assert (task_id in KNOWN_GROUND_TRUTH_FAILURES) != (reward[0] == 1.0), task_id
         assert info["attack_success"] is None and reward[1] == 0.0
         records.append({"task_id": task_id, "reward_components": info["reward_components"], "info": info})
+    assert longest == 19  # travel/user_task_19: 18 calls and the answer
     metrics = u.metrics(records)
     assert metrics["utility_clean"] == 1.0 and metrics["n_clean"] == 97.0
     assert metrics["workspace/n_clean"] == 40.0 and metrics["joint_accuracy"] == 1.0
@@ -330,7 +350,8 @@ HOSTILE_CALLS = {
         '{"name": "get_most_recent_transactions", "arguments": {"n": {"function": "get_balance", "args": {}}}}',
         "ValidationError",
     ),
-    "deep_nesting": ('{"name": "get_balance", "arguments": {"x": ' + "[" * 200 + "]" * 200 + "}}", None),
+    "deep_nesting": ('{"name": "get_balance", "arguments": {"x": ' + "[" * 60 + "]" * 60 + "}}", None),
+    "over_depth_limit": ('{"name": "get_balance", "arguments": {"x": ' + "[" * 200 + "]" * 200 + "}}", "malformed"),
     "too_deep": ('{"name": "get_balance", "arguments": {"x": ' + "[" * 5000 + "]" * 5000 + "}}", "malformed"),
     "list_in_string": (
         '{"name": "get_most_recent_transactions", "arguments": {"n": "[' + "[" * 3000 + '"}}',
@@ -402,12 +423,13 @@ def test_turn_limit_truncates_and_scores_the_state_then():
     assert out[3] and out[1][0] == 1.0  # truncated on the only turn, answer in the same message
 
 
-def test_travel_reference_fits_the_default_turn_limit(env):
+def test_default_turn_budget_fits_the_longest_ground_truth(env):
+    from corrgrpo_envs.agentdojo.env import DEFAULT_MAX_TURNS
+
     u = env.unwrapped
-    reference = u.reference_action("travel/user_task_17")  # 18 ground-truth calls
-    assert len(reference) <= u.max_turns
-    out = replay(env, "travel/user_task_17", reference)
-    assert out[2] and out[1][0] == 1.0
+    assert u.max_turns == DEFAULT_MAX_TURNS
+    reference = u.reference_action("travel/user_task_19")  # 18 ground-truth calls, the most of any
+    assert len(reference) == 19 and all(m.count("<tool_call>") == 1 for m in reference[:-1])
 
 
 # --------------------------------------------------------------- determinism
@@ -502,8 +524,8 @@ def test_configs(name):
     config_module = pytest.importorskip("trainer.config")
     cfg = config_module.load_config(f"env_configs/{name}")
     assert cfg.env["id"] == "corrgrpo/AgentDojo-v0"
-    assert cfg.rollout.max_turns == cfg.env["max_turns"]
-    e = corrgrpo_envs.make(f"env_configs/{name}")
+    assert "max_turns" not in cfg.env  # the trainer's rollout.max_turns reaches the env
+    e = corrgrpo_envs.make(f"env_configs/{name}", split=cfg.train.split, max_turns=cfg.rollout.max_turns)
     if name == "agentdojo.yaml":
         assert cfg.model.name_or_path == "Qwen/Qwen2.5-3B-Instruct"
         assert (cfg.algorithm.group_size, cfg.algorithm.prompts_per_step) == (8, 16)

@@ -95,7 +95,7 @@ def test_random_policy_is_deterministic_and_calls_known_tools():
 
 
 def test_reference_policy_plays_turns_in_order():
-    refs = {"single": "the answer", "multi": ["call 1", "call 2", "final"]}
+    refs = {"single": ["the answer"], "multi": ["call 1", "call 2", "final"]}
     policy = ReferencePolicy(refs.__getitem__)
     obs = {"messages": [{"role": "user", "content": "go"}], "tools": []}
     episodes = [Episode(task_id="single"), Episode(task_id="multi")]

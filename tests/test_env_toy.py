@@ -69,7 +69,7 @@ def test_reference_action_is_best_and_metrics():
     env = ScaleDominanceEnv(num_tasks=4, reward_weights=[0.5, 1.0, 2.0])
     ref = env.reference_action("prompt-0003")
     env.reset(options={"task_id": "prompt-0003"})
-    _, r, *_ = env.step(ref)
+    _, r, *_ = env.step(ref[0])
     np.testing.assert_array_equal(r, env.reward_space.high)
     with pytest.raises(KeyError):
         env.reference_action("prompt-9999")

@@ -61,7 +61,7 @@ def test_anchor_names_ranges_make_and_reference():
     assert len(u.task_ids) == 64
     obs, _ = env.reset(options={"task_id": "prompt-0005"})
     assert obs["messages"][0]["content"] == "write a short string: 5"
-    ref = u.reference_action("prompt-0005")
+    ref = u.reference_action("prompt-0005")[0]
     _, r, *_ = env.step(ref)
     assert r.tolist() == [32.0, 1.0, 1.0]
     scaled = ScaleDominanceEnv(rewards="anchor", scales=[0.5, 2.0, 3.0])

@@ -142,7 +142,7 @@ def test_api_bank_reference_answers_score_the_maxima(level, rows):
     assert len(env.task_ids) == rows
     for tid in env.task_ids:
         env.reset(options={"task_id": tid})
-        _, reward, *_ , info = env.step(env.reference_action(tid))
+        _, reward, *_ , info = env.step(env.reference_action(tid)[0])
         assert tuple(reward.tolist()) == MAXIMA and info["exact"], tid
     obs, _ = env.reset(options={"task_id": env.task_ids[0]})
     assert obs["tools"] and all(t["name"] for t in obs["tools"])
@@ -154,7 +154,7 @@ def test_reference_action_scores_the_maxima_on_every_shipped_set():
         env = ToolCallEnv(dataset=name)
         for tid in env.task_ids:
             env.reset(options={"task_id": tid})
-            _, reward, *_ , info = env.step(env.reference_action(tid))
+            _, reward, *_ , info = env.step(env.reference_action(tid)[0])
             want = MAXIMA if info["expects_calls"] else (0.0, 0.0, 0.0, 1.0)
             assert tuple(reward.tolist()) == want, tid
 
@@ -216,7 +216,7 @@ def test_bfcl_folder_layout(bfcl_dir):
     assert [m["role"] for m in obs["messages"]] == ["system", "user"]
     for tid in env.task_ids:
         env.reset(options={"task_id": tid})
-        _, reward, *_ , info = env.step(env.reference_action(tid))
+        _, reward, *_ , info = env.step(env.reference_action(tid)[0])
         assert tuple(reward.tolist()) == (MAXIMA if info["expects_calls"] else (0.0, 0.0, 0.0, 1.0))
     task = env.tasks.get("bfcl_simple/simple_0")
     # any accepted value matches; the optional unit may be left out or given

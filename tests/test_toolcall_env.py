@@ -53,7 +53,7 @@ def test_reset_gives_a_conversation_with_tool_schemas(env):
 def test_reference_action_scores_the_maxima_on_every_generated_task(env):
     for tid in env.task_ids:
         env.reset(options={"task_id": tid})
-        _, reward, terminated, truncated, info = env.step(env.reference_action(tid))
+        _, reward, terminated, truncated, info = env.step(env.reference_action(tid)[0])
         assert terminated and not truncated
         want = MAXIMA if info["expects_calls"] else (0.0, 0.0, 0.0, 1.0)
         assert tuple(reward.tolist()) == want, tid
@@ -146,7 +146,7 @@ def test_step_after_end_raises(env):
 def test_reference_action_unknown_id(env):
     with pytest.raises(KeyError):
         env.reference_action("generated/99999")
-    ref = env.reference_action(_call_task(env))
+    ref = env.reference_action(_call_task(env))[0]
     assert parse_answer(ref).think
 
 
@@ -182,7 +182,7 @@ def test_metrics_from_env_episodes(env):
     results = []
     for i, tid in enumerate(env.task_ids[:40]):
         env.reset(options={"task_id": tid})
-        action = env.reference_action(tid) if i % 2 == 0 else "nothing"
+        action = env.reference_action(tid)[0] if i % 2 == 0 else "nothing"
         _, _, _, _, info = env.step(action)
         results.append({"task_id": tid, "reward_components": info["reward_components"], "info": info})
     m = env.metrics(results)

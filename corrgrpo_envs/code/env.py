@@ -3,7 +3,7 @@
 Single turn: the observation is the problem as a user message, the action is
 the model's answer (a fenced python block), and the reward vector is
 ``format, syntax, compile, runtime, correct, ast_similarity, efficiency``
-(``docs/domains.md`` section 1). The judged program is
+(:mod:`corrgrpo_envs.code.rewards`, ``docs/code.md``). The judged program is
 ``prompt + code + test + check(entry_point)``, run in a fresh sandboxed
 interpreter (:mod:`corrgrpo_envs.sandbox`).
 """
@@ -13,15 +13,16 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from corrgrpo_envs.code import rewards as R
 from corrgrpo_envs.code.datasets import DATASETS
+from corrgrpo_envs.code.metrics import code_metrics
 from corrgrpo_envs.code.references import ReferenceTimes
 from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
+from corrgrpo_envs.metrics import EpisodeRecord
 from corrgrpo_envs.sandbox import Limits, Sandbox, SandboxPool, make_sandbox
 from corrgrpo_envs.tasks import Task
 
@@ -93,8 +94,6 @@ class CodeEnv(MultiRewardEnv):
         reward_weights: override the paper's weights (seven numbers).
         system_prompt: optional system message put before the problem.
     """
-
-    metadata = {"render_modes": ["ansi"]}
 
     def __init__(
         self,
@@ -243,35 +242,11 @@ class CodeEnv(MultiRewardEnv):
         return self._ast_cache[task.id]
 
     # ---------------------------------------------------------- reference
-    def reference_action(self, task_id: str) -> str:
-        """The task's reference solution as an answer: one ```python fenced block."""
-        return f"```python\n{self.tasks.get(task_id)['reference'].rstrip()}\n```"
+    def reference_action(self, task_id: str) -> list[str]:
+        """The task's reference solution as the episode's one answer: a ```python fenced block."""
+        return [f"```python\n{self.tasks.get(task_id)['reference'].rstrip()}\n```"]
 
-    @staticmethod
-    def metrics(results: list[dict]) -> dict[str, float]:
-        """pass@1 per data set and their mean, the efficiency share, and mean rewards.
-
-        ``efficiency_share`` is the share of correct answers that ran faster than
-        their reference. Records are ``{"task_id", "reward_components", "info"}``.
-        """
-        if not results:
-            return {}
-        by_dataset: dict[str, list[float]] = defaultdict(list)
-        sums: dict[str, float] = defaultdict(float)
-        correct = faster = 0
-        for record in results:
-            comps = record.get("reward_components", {})
-            info = record.get("info", {}) or {}
-            ok = float(comps.get("correct", 0.0))
-            by_dataset[str(info.get("dataset", "code"))].append(ok)
-            for name in R.REWARD_NAMES:
-                sums[name] += float(comps.get(name, 0.0))
-            if ok >= 1.0:
-                correct += 1
-                faster += bool(info.get("faster_than_reference", False))
-        out = {f"pass@1/{name}": sum(v) / len(v) for name, v in sorted(by_dataset.items())}
-        out["pass@1"] = sum(out.values()) / len(out)
-        out["efficiency_share"] = faster / correct if correct else 0.0
-        for name in R.REWARD_NAMES:
-            out[f"mean/{name}"] = sums[name] / len(results)
-        return out
+    def metrics(self, records: Sequence[EpisodeRecord]) -> dict[str, float]:
+        """pass@1 per data set and their mean, the efficiency share, and mean rewards
+        (:func:`corrgrpo_envs.code.metrics.code_metrics`)."""
+        return code_metrics(records)

@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
+from corrgrpo_envs.metrics import EpisodeRecord
 from corrgrpo_envs.tasks import Task, TaskSource
 from corrgrpo_envs.toolcall.answer_format import render_answer
 from corrgrpo_envs.toolcall.datasets import DATASETS
+from corrgrpo_envs.toolcall.metrics import toolcall_metrics
 from corrgrpo_envs.toolcall.rewards import (
     REWARD_HIGH,
     REWARD_LOW,
@@ -63,52 +63,6 @@ def load_tasks(
     if isinstance(dataset, str) and dataset == "generated":
         return DATASETS.load(dataset, split=split, num_tasks=num_tasks, seed=seed)
     return DATASETS.load(dataset, format=format, split=split, **(dataset_options or {}))
-
-
-def _component_percent(value: float, index: int) -> float:
-    return 100.0 * (value - REWARD_LOW[index]) / (REWARD_HIGH[index] - REWARD_LOW[index])
-
-
-def _summarise(records: list[dict[str, Any]]) -> dict[str, float]:
-    with_calls = [r for r in records if r.get("info", {}).get("expects_calls", True)]
-    out: dict[str, float] = {"num_examples": float(len(records)), "num_with_calls": float(len(with_calls))}
-
-    def exact(r: dict[str, Any]) -> bool:
-        if "exact" in r.get("info", {}):
-            return bool(r["info"]["exact"])
-        comps = r["reward_components"]
-        return all(abs(float(comps[n]) - REWARD_HIGH[i]) < 1e-6 for i, n in enumerate(REWARD_NAMES[:3]))
-
-    if with_calls:
-        out["all_exact_accuracy"] = 100.0 * float(np.mean([exact(r) for r in with_calls]))
-    for i, name in enumerate(REWARD_NAMES):
-        # Correctness rewards are 0 by rule when no call is expected: average them over call examples only.
-        pool = records if name == "format" else with_calls
-        if pool:
-            out[name] = float(np.mean([_component_percent(float(r["reward_components"][name]), i) for r in pool]))
-    return out
-
-
-def toolcall_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
-    """Evaluation metrics, overall and per data set (keys ``"<dataset>/<metric>"``).
-
-    ``all_exact_accuracy``: percent of examples with expected calls whose three
-    correctness rewards are at their maxima. ``function_name``, ``parameter``,
-    ``values``: each reward mapped to [0, 100] and averaged over the examples with
-    expected calls; ``format``: the same over all examples. Records are
-    ``{"task_id", "reward_components", "info"}`` as the env's ``step`` returns them.
-    """
-    if not results:
-        return {}
-    out = _summarise(list(results))
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in results:
-        name = r.get("info", {}).get("dataset") or str(r.get("task_id", "")).split("/", 1)[0]
-        groups.setdefault(name, []).append(r)
-    if len(groups) > 1 or next(iter(groups)) != "":
-        for name, recs in sorted(groups.items()):
-            out.update({f"{name}/{k}": v for k, v in _summarise(recs).items()})
-    return out
 
 
 class ToolCallEnv(MultiRewardEnv):
@@ -175,13 +129,17 @@ class ToolCallEnv(MultiRewardEnv):
             info["error"] = score.error
         return StepOutcome(rewards=score.rewards, terminated=True, info=info)
 
-    def reference_action(self, task_id: str) -> str:
-        """The ground-truth answer (short ``<think>``, expected calls, expected reply); scores the maxima."""
+    def reference_action(self, task_id: str) -> list[str]:
+        """The ground-truth answer (short ``<think>``, expected calls, expected reply) as the
+        episode's one message; it scores the maxima."""
         task = self.tasks.get(task_id)
         calls = task["expected_calls"]
         response = None
         if task["expects_response"]:
             response = task.get("response") or "Here is my answer."
-        return render_answer(calls, response, think=_REFERENCE_THINK if calls else _REPLY_THINK)
+        return [render_answer(calls, response, think=_REFERENCE_THINK if calls else _REPLY_THINK)]
 
-    metrics = staticmethod(toolcall_metrics)
+    def metrics(self, records: Sequence[EpisodeRecord]) -> dict[str, float]:
+        """All-exact accuracy and the rewards in percent, overall and per data set
+        (:func:`corrgrpo_envs.toolcall.metrics.toolcall_metrics`)."""
+        return toolcall_metrics(records)

@@ -21,15 +21,13 @@ the time), so a ~0.5M-parameter model learns all three in a few dozen steps.
 every component in ``[0, 1]`` (the shared-range setting).
 
 ``rewards="anchor"`` swaps in exactly the three rewards of the TRL anchor
-setting (``../shared/anchors``): ``digits`` (the number of digit characters,
+setting: ``digits`` (the number of digit characters,
 uncapped), ``has_a`` and ``has_b`` (1 if the text contains that letter). There
 the two letter rewards are two different, weakly correlated signals.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,68 +35,13 @@ from typing import Any
 import numpy as np
 
 from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
-from corrgrpo_envs.tasks import DatasetRegistry, Task, TaskSource
+from corrgrpo_envs.metrics import EpisodeRecord
+from corrgrpo_envs.tasks import Task, TaskSource
+from corrgrpo_envs.toy.datasets import DATASETS, PROMPT_TEMPLATE
+from corrgrpo_envs.toy.metrics import toy_metrics
+from corrgrpo_envs.toy.rewards import REWARD_SETS, reward_names, score_anchor_text, score_text
 
 __all__ = ["ScaleDominanceEnv", "score_text", "score_anchor_text", "DATASETS", "PROMPT_TEMPLATE", "REWARD_SETS"]
-
-PROMPT_TEMPLATE = "write a short string: {k}"
-_DIGITS = frozenset("0123456789")
-#: The reward sets the env offers: ``default`` (capped digits, two letter rewards that nearly
-#: coincide) and ``anchor`` (the TRL anchor's uncapped digits, has 'a', has 'b').
-REWARD_SETS = ("default", "anchor")
-
-DATASETS = DatasetRegistry("toy")
-
-
-def _prompt_tasks(prompts: Sequence[tuple[str, str]], name: str) -> TaskSource:
-    return TaskSource([Task(tid, {"prompt": p}) for tid, p in prompts], name=name)
-
-
-@DATASETS.builtin("short-strings", "num_tasks prompts 'write a short string: {k}', k = 0..num_tasks-1")
-def _short_strings(num_tasks: int = 64, prompt_template: str = PROMPT_TEMPLATE) -> TaskSource:
-    if int(num_tasks) < 1:
-        raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
-    return _prompt_tasks(
-        [(f"prompt-{k:04d}", prompt_template.format(k=k)) for k in range(int(num_tasks))],
-        name="short-strings",
-    )
-
-
-@DATASETS.file_format("txt", detect=lambda p: p.suffix == ".txt", description="one prompt per line")
-def _txt(path: Path, **_: Any) -> TaskSource:
-    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
-    return _prompt_tasks(
-        [(f"prompt-{i:04d}", ln) for i, ln in enumerate(x for x in lines if x)], name=path.stem
-    )
-
-
-@DATASETS.file_format(
-    "jsonl", detect=lambda p: p.suffix == ".jsonl", description='{"id": ..., "prompt": ...} per line'
-)
-def _jsonl(path: Path, **_: Any) -> TaskSource:
-    rows = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-        if line.strip():
-            obj = json.loads(line)
-            if not isinstance(obj, dict) or "prompt" not in obj:
-                raise ValueError(f"{path}:{i + 1}: expected an object with a 'prompt' key")
-            rows.append((str(obj.get("id", f"prompt-{i:04d}")), str(obj["prompt"])))
-    return _prompt_tasks(rows, name=path.stem)
-
-
-def score_text(text: str, letter: str = "a", max_digits: int = 32) -> tuple[float, float, float]:
-    """The three unscaled components ``(digits, has_letter, word_with_letter)`` of ``text``."""
-    digits = min(max_digits, sum(ch in _DIGITS for ch in text))
-    has_letter = letter in text
-    word_with_letter = any(
-        len(w) >= 2 and letter in w for w in re.findall(r"[^\W\d_]+", text)
-    )
-    return float(digits), float(has_letter), float(word_with_letter)
-
-
-def score_anchor_text(text: str) -> tuple[float, float, float]:
-    """The TRL anchor's three components ``(digits, has_a, has_b)``: the digit count is uncapped."""
-    return float(sum(ch in _DIGITS for ch in text)), float("a" in text), float("b" in text)
 
 
 class ScaleDominanceEnv(MultiRewardEnv):
@@ -155,13 +98,12 @@ class ScaleDominanceEnv(MultiRewardEnv):
         tasks = DATASETS.load(
             dataset, format=format, split=split, **(options if dataset == "short-strings" else {})
         )
+        names = reward_names(letter, rewards)
         if rewards == "anchor":
             # uncapped, but an accepted action has at most max_action_chars characters
             digit_high = float(kwargs.get("max_action_chars", MAX_ACTION_CHARS))
-            names: tuple[str, ...] = ("digits", "has_a", "has_b")
         else:
             digit_high = float(self.max_digits)
-            names = ("digits", f"has_{letter}", f"word_with_{letter}")
         highs = self.scales * np.array([digit_high, 1.0, 1.0])
         super().__init__(
             tasks=tasks,
@@ -183,21 +125,14 @@ class ScaleDominanceEnv(MultiRewardEnv):
         values = [float(np.float32(r * s)) for r, s in zip(raw, self.scales)]
         return StepOutcome(rewards=dict(zip(self.reward_names, values)), terminated=True)
 
-    def reference_action(self, task_id: str) -> str:
-        """A best answer: a word with the target letter, then ``max_digits`` digits."""
+    def reference_action(self, task_id: str) -> list[str]:
+        """A best answer, as the episode's one message: a word with the target letter, then digits."""
         self.tasks.get(task_id)  # unknown ids raise KeyError like every domain
         digits = ("0123456789" * (self.max_digits // 10 + 1))[: self.max_digits]
         if self.reward_set == "anchor":
-            return f"ab {digits}"  # digits are uncapped there: any longer string of digits scores more
-        return f"{self.letter}{self.letter} {digits}"
+            return [f"ab {digits}"]  # digits are uncapped there: any longer string of digits scores more
+        return [f"{self.letter}{self.letter} {digits}"]
 
-    def metrics(self, results: list[dict]) -> dict[str, float]:
+    def metrics(self, records: Sequence[EpisodeRecord]) -> dict[str, float]:
         """Mean of each component over episodes, and the mean weighted total (``total``)."""
-        if not results:
-            return {}
-        table = np.array(
-            [[float(r["reward_components"][n]) for n in self.reward_names] for r in results]
-        )
-        out = {n: float(v) for n, v in zip(self.reward_names, table.mean(axis=0))}
-        out["total"] = float((table @ self.reward_weights.astype(np.float64)).mean())
-        return out
+        return toy_metrics(records, self.reward_names, self.reward_weights)
