@@ -183,3 +183,66 @@ def test_registry_make_and_yaml(tmp_path):
         corrgrpo_envs.register("NoNamespace", EchoEnv)
     with pytest.raises(FileNotFoundError):
         corrgrpo_envs.make("missing-config.yaml")
+
+
+def test_default_reference_and_metrics_contract():
+    env = EchoEnv()
+    with pytest.raises(NotImplementedError, match="EchoEnv has no reference answers"):
+        env.reference_action("e0")
+    records = [
+        {"task_id": "e0", "reward_components": {"len": 4.0, "ok": 1.0}, "info": {}, "text": "abcd"},
+        {"task_id": "e1", "reward_components": {"len": 2.0, "ok": -1.0}},
+    ]
+    # weights (1, 2): totals 6 and 0
+    assert env.metrics(records) == {"len": 3.0, "ok": 0.0, "total": 3.0}
+    assert env.metrics([]) == {}
+    with pytest.raises(KeyError, match="'e2'.*'ok'"):
+        env.metrics([{"task_id": "e2", "reward_components": {"len": 1.0}}])
+
+
+def test_observations_are_fresh_copies():
+    env = EchoEnv()
+    obs, _ = env.reset(options={"task_id": "e1"})
+    obs["messages"][0]["content"] = "changed"
+    obs["tools"].append({"name": "x"})
+    step_obs, *_ = env.step("abc")
+    assert step_obs == {"messages": [{"role": "user", "content": "1"}], "tools": []}
+    assert step_obs is not env._obs and step_obs["messages"] is not env._obs["messages"]
+
+
+def test_make_entry_points(tmp_path, monkeypatch):
+    (tmp_path / "user_echo_env.py").write_text(
+        "from tests_echo_base import EchoEnv\n"
+        "def build(n=2, **kwargs):\n    return EchoEnv(n=n, **kwargs)\n"
+        "class Holder:\n    Env = EchoEnv\n"
+        "NOT_CALLABLE = 3\n"
+    )
+    (tmp_path / "tests_echo_base.py").write_text(
+        "from corrgrpo_envs.core import MultiRewardEnv, StepOutcome\n"
+        "from corrgrpo_envs.tasks import Task, TaskSource\n"
+        "class EchoEnv(MultiRewardEnv):\n"
+        "    def __init__(self, n=3, **kwargs):\n"
+        "        super().__init__(TaskSource([Task(f'e{i}') for i in range(n)]), ('a',), (0,), (1,), **kwargs)\n"
+        "    def _observe_task(self, task):\n"
+        "        return {'messages': [{'role': 'user', 'content': task.id}], 'tools': []}\n"
+        "    def _act(self, action):\n"
+        "        return StepOutcome(rewards={'a': 1.0})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = corrgrpo_envs.make("user_echo_env:build", n=5)
+    assert env.unwrapped.task_ids == [f"e{i}" for i in range(5)] and env.spec.id == "user_echo_env:build"
+    assert corrgrpo_envs.make("user_echo_env:Holder.Env").unwrapped.num_rewards == 1
+    env.reset(seed=0)
+    with pytest.raises(gym.error.ResetNeeded):  # the same wrappers as a registered id
+        corrgrpo_envs.make("user_echo_env:build").step("x")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("env:\n  id: user_echo_env:build\n  n: 4\n")
+    assert len(corrgrpo_envs.make(str(cfg)).unwrapped.task_ids) == 4
+    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
+        corrgrpo_envs.make("user_echo_env:Nope")
+    with pytest.raises(TypeError, match="not a class or a factory"):
+        corrgrpo_envs.make("user_echo_env:NOT_CALLABLE")
+    with pytest.raises(ModuleNotFoundError):
+        corrgrpo_envs.make("no_such_module_abc:Env")
+    with pytest.raises(ValueError, match="entry point"):
+        corrgrpo_envs.make("not an id")

@@ -172,3 +172,49 @@ def test_constructor_errors_and_close():
     venv.close()
     with pytest.raises(RuntimeError, match="closed"):
         venv.reset()
+
+
+ENTRY_MODULE = '''
+from corrgrpo_envs import MultiRewardEnv, StepOutcome, Task, TaskSource
+
+
+class LengthEnv(MultiRewardEnv):
+    def __init__(self, n: int = 3, **kwargs):
+        tasks = TaskSource([Task(f"len-{i}", {"i": i}) for i in range(n)], name="length")
+        super().__init__(tasks, ("length", "short"), (0.0, 0.0), (100.0, 1.0), **kwargs)
+
+    def _observe_task(self, task):
+        return {"messages": [{"role": "user", "content": f"write {task['i']} words"}], "tools": []}
+
+    def _act(self, action):
+        return StepOutcome(rewards={"length": float(min(100, len(action))), "short": float(len(action) < 5)})
+
+
+def build(**kwargs):
+    return LengthEnv(**kwargs)
+'''
+
+
+@pytest.fixture
+def entry_module(tmp_path, monkeypatch):
+    """A module of the user's, importable only through the temporary folder put on sys.path."""
+    import sys
+
+    (tmp_path / "user_length_env.py").write_text(ENTRY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "user_length_env", raising=False)
+    return "user_length_env"
+
+
+@pytest.mark.parametrize("executor", ["thread", "process"])
+@pytest.mark.parametrize("attribute", ["LengthEnv", "build"])
+def test_entry_point_envs_in_workers(entry_module, executor, attribute):
+    """``package.module:attribute`` (a class or a factory) builds in threads and in spawned processes."""
+    spec = f"{entry_module}:{attribute}"
+    with GroupedVectorEnv(spec, num_groups=2, group_size=2, workers=2, executor=executor, n=4) as venv:
+        assert venv.reward_names == ("length", "short") and venv.task_ids == [f"len-{i}" for i in range(4)]
+        obs, infos = venv.reset(task_ids=["len-1", "len-3"])
+        assert obs[2]["messages"][0]["content"] == "write 3 words"
+        _, rewards, terminated, _, _ = venv.step(["abc", "abcdefgh", "", "x" * 200])
+        assert rewards.tolist() == [[3.0, 1.0], [8.0, 0.0], [0.0, 0.0], [100.0, 0.0]]
+        assert terminated.all()
