@@ -90,7 +90,7 @@ def corrgrpo_command(
         f"algorithm.loss={loss}",
         # TRL's dapo loss_type is the token-level mean with epsilon_high = epsilon and no
         # dynamic sampling; corrgrpo's dapo defaults to 0.28 and dynamic sampling: match TRL
-        "algorithm.clip_high=0.2",
+        "algorithm.loss_options.clip_high=0.2",
         "algorithm.dynamic_sampling=false",
         f"train.steps={steps}",
         f"train.output_dir={out_dir}",

@@ -17,13 +17,13 @@ def main(out: str) -> None:
     torch.set_num_threads(1)
     cfg = config_from_dict(
         {
-            "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 16, "split": "all"},
+            "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 16},
             "model": {"name_or_path": "tiny"},
             "algorithm": {"estimator": "corrgrpo", "group_size": 4, "prompts_per_step": 4},
             "rollout": {"max_new_tokens": 8, "groups_per_generate": 1},
             "optim": {"lr": 1e-3},
             "train": {
-                "steps": 3, "seed": 5, "progress": False, "tensorboard": False,
+                "steps": 3, "seed": 5, "split": "all", "progress": False, "tensorboard": False,
                 "save_final": False, "cpu": True, "output_dir": out + ".run", "log_samples": 0,
             },
         }

@@ -204,7 +204,7 @@ def test_uncorrelated_components_divide_by_sqrt_k(k: int) -> None:
     rewards = helmert(8, k) * scales + 1.0
     result = compute_advantages(rewards, one_group(8))
     expected = numerator(rewards) / math.sqrt(k + EPS)
-    np.testing.assert_allclose(result.advantages.numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(result.advantages.numpy(), expected, rtol=1e-6, atol=1e-12)
     assert result.stats.s_corr.item() == pytest.approx(k)
     assert result.stats.k_eff.item() == pytest.approx(k)
 

@@ -72,7 +72,7 @@ def test_default_configs_follow_the_papers():
     assert (default_config("grpo").clip_low, default_config("grpo").clip_high) == (0.2, 0.2)
     assert (default_config("dapo").clip_low, default_config("dapo").clip_high) == (0.2, 0.28)
     gspo = default_config("gspo")
-    assert (gspo.gspo_clip_low, gspo.gspo_clip_high) == (3e-4, 4e-4)
+    assert (gspo.clip_low, gspo.clip_high) == (3e-4, 4e-4)
     assert default_config("cispo").cispo_clip_low is None
     assert all(default_config(n).kl_beta == 0.0 and default_config(n).dual_clip is None for n in ALL)
     changed = default_config("dapo")

@@ -41,7 +41,7 @@ def test_config_files_in_env_configs_all_load():
         ({"optim": {"lr": "fast"}}, "optim.lr: expected a number"),
         ({"algorithm": {"group_size": 2.5}}, "algorithm.group_size: expected an integer"),
         ({"train": {"progress": "yes"}}, "train.progress: expected true or false"),
-        ({"algorithm": {"group_size": 1}}, "at least 2 rollouts"),
+        ({"algorithm": {"group_size": 1}}, "algorithm.group_size: 1 is out of range; allowed: >= 2"),
         ({"env": {"dataset": "x"}}, "needs an 'id'"),
         ({"bogus": 1}, "unknown key 'bogus'"),
     ],

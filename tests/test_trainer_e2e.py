@@ -23,13 +23,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _cfg(tmp_path: Path, **sections) -> object:
     data = {
-        "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 32, "split": "all"},
+        "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 32},
         "model": {"name_or_path": "tiny"},
         "algorithm": {"estimator": "corrgrpo", "group_size": 4, "prompts_per_step": 4},
         "rollout": {"max_new_tokens": 12},
         "optim": {"lr": 1e-3},
         "train": {
-            "steps": 3, "seed": 0, "progress": False, "tensorboard": False,
+            "steps": 3, "seed": 0, "split": "all", "progress": False, "tensorboard": False,
             "output_dir": str(tmp_path / "run"), "save_final": False,
         },
     }

@@ -36,12 +36,12 @@ ENGINE = {"max_model_len": 1024, "enforce_eager": True, "kv_cache_memory_bytes":
 def test_vllm_rollouts_and_weight_sync(tmp_path):
     cfg = config_from_dict(
         {
-            "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 16, "split": "all"},
+            "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 16},
             "model": {"name_or_path": "tiny"},
             "algorithm": {"estimator": "corrgrpo", "group_size": 4, "prompts_per_step": 4},
             "rollout": {"max_new_tokens": 12, "backend": "vllm", "vllm_kwargs": ENGINE},
             "optim": {"lr": 1e-2},
-            "train": {"steps": 2, "progress": False, "tensorboard": False,
+            "train": {"steps": 2, "split": "all", "progress": False, "tensorboard": False,
                       "save_final": False, "output_dir": str(tmp_path / "run")},
         }
     )

@@ -1,4 +1,4 @@
-"""Multi-reward group advantage estimators: GRPO, Dr. GRPO, CorrGRPO, GDPO, MO-GRPO.
+"""Multi-reward group advantage estimators: GRPO, Dr. GRPO, CorrGRPO, GDPO, MO-GRPO, RLOO, REINFORCE++.
 
 Every estimator turns a batch of vector rewards ``[N, K]`` and the group id of
 each response ``[N]`` into one scalar advantage per response ``[N]``. The math is
@@ -24,16 +24,25 @@ Implementation notes:
   its component's group mean and its centred value is 0, so it adds nothing to
   the numerator nor to the (co)variances; the (co)variances still divide by
   ``n_q - 1`` with ``n_q`` the number of members of the group.
-- A component is constant in a group when its variance is within float
-  round-off of 0 (:data:`ACTIVITY_RTOL`); its centred values are then exactly 0. A response whose
-  components are all NaN gets advantage 0 and takes no part in batch-level
-  normalisation.
+- Values are centred on a member of their group before the mean is taken, so a
+  component that is constant in a group centres to exactly 0 whatever its offset
+  (1e7 or 0), and one that varies is never lost to the round-off of a large
+  offset. GRPO, Dr. GRPO, MO-GRPO, GDPO, RLOO and REINFORCE++ use their formulas
+  as written: a component is active when its variance is > 0. CorrGRPO (and the
+  correlation diagnostics) divide by per-component standard deviations, which
+  would turn float noise into unit-variance signal, so there a component counts
+  only when its variance exceeds :data:`ACTIVITY_RTOL` times the square of its
+  largest CENTRED value (at least 1): judged on centred values, an offset cannot
+  hide variation. A response whose components are all NaN gets advantage 0 and
+  takes no part in batch-level normalisation.
 - Estimators are looked up by name in a registry; :func:`register_estimator`
-  plugs in a new one.
+  plugs in a new one, and an entry point ``package.module:function`` names one
+  without registering it.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 from collections.abc import Callable
@@ -52,6 +61,7 @@ __all__ = [
     "RewardGroups",
     "available_estimators",
     "compute_advantages",
+    "check_estimator",
     "corrgrpo_advantages",
     "diagnose",
     "dr_grpo_advantages",
@@ -62,11 +72,13 @@ __all__ = [
     "group_rewards",
     "mo_grpo_advantages",
     "register_estimator",
+    "reinforce_pp_advantages",
+    "rloo_advantages",
 ]
 
-#: A component is constant (inactive) in a group when its variance is
-#: <= ACTIVITY_RTOL * max(1, max_i |s_ik|)^2: float round-off of a constant
-#: component must not make it active (method.md, CorrGRPO step 3).
+#: For CorrGRPO, a component is constant (inactive) in a group when its variance is
+#: <= ACTIVITY_RTOL * max(1, max_i |c_ik|)^2 with c the CENTRED weighted values: float
+#: round-off of a constant component must not make it active (method.md, CorrGRPO step 3).
 ACTIVITY_RTOL = 1e-12
 
 #: A group with at least one active component is "near-cancelling" when its
@@ -104,11 +116,14 @@ class RewardGroups:
         present: ``[N, K]`` bool, not NaN.
         valid: ``[N]`` bool, the response has at least one non-NaN component.
         centred: ``[N, K]`` unweighted rewards minus their group mean; 0 for NaN
-            and for constant components.
+            and (exactly) for components constant in the group.
         weighted: ``[N, K]`` ``centred * weights`` (``c_ik`` of method.md).
         var: ``[G, K]`` unbiased variance of the weighted components.
         std: ``[G, K]`` unbiased standard deviation of the unweighted components.
-        active: ``[G, K]`` bool, the component varies within the group.
+        active: ``[G, K]`` bool, the component varies within the group (variance > 0).
+        corr_active: ``[G, K]`` bool, the component varies beyond CorrGRPO's tolerance
+            (:data:`ACTIVITY_RTOL`, judged on the centred values); the correlation
+            statistics use only these.
     """
 
     index: torch.Tensor
@@ -123,6 +138,7 @@ class RewardGroups:
     var: torch.Tensor
     std: torch.Tensor
     active: torch.Tensor
+    corr_active: torch.Tensor
 
     @property
     def num_groups(self) -> int:
@@ -153,8 +169,8 @@ class RewardGroups:
 
     @cached_property
     def inv_std(self) -> torch.Tensor:
-        """``[G, K]`` ``1 / std_q(c_k)`` for active components, else 0."""
-        return torch.where(self.active, self.var.clamp(min=_TINY).rsqrt(), 0.0)
+        """``[G, K]`` ``1 / std_q(c_k)`` for components active for CorrGRPO, else 0."""
+        return torch.where(self.corr_active, self.var.clamp(min=_TINY).rsqrt(), 0.0)
 
     @cached_property
     def s_cov(self) -> torch.Tensor:
@@ -163,7 +179,7 @@ class RewardGroups:
 
     @cached_property
     def s_corr(self) -> torch.Tensor:
-        """``[G]`` sum of all entries of the correlation matrix over active components.
+        """``[G]`` sum of all entries of the correlation matrix over ``corr_active`` components.
 
         ``sum_kl C_kl = var_q(sum_k c_k / std_q(c_k))``, hence >= 0.
         """
@@ -277,24 +293,26 @@ def group_rewards(rewards: Any, group_ids: Any, weights: Any = None) -> RewardGr
 
     present = ~torch.isnan(r)
     presentf = present.to(r.dtype)
-    filled = torch.where(present, r, 0.0)
+    # centre on a member's value first (the group minimum: an exact member value), so that a
+    # constant component is exactly 0 and a large offset adds no round-off to the mean
+    reference = r.new_full((num_groups, k), math.inf).scatter_reduce_(
+        0, index.unsqueeze(1).expand(n, k), torch.where(present, r, math.inf), reduce="amin"
+    )
+    shifted = torch.where(present, r - reference.index_select(0, index), 0.0)
     # one index_add_ for the sums and counts of present values: [N, 2K] -> [G, 2K]
-    sums = r.new_zeros(num_groups, 2 * k).index_add_(0, index, torch.cat([filled, presentf], 1))
+    sums = r.new_zeros(num_groups, 2 * k).index_add_(0, index, torch.cat([shifted, presentf], 1))
     mean = sums[:, :k] / sums[:, k:].clamp(min=1.0)
-    centred = (filled - mean.index_select(0, index)) * presentf
+    centred = (shifted - mean.index_select(0, index)) * presentf
     weighted = centred * w
     squares = r.new_zeros(num_groups, 2 * k).index_add_(
         0, index, torch.cat([weighted, centred], 1).square()
     )
     var = squares[:, :k] / dof[:, None]
+    active = var > 0
     abs_max = r.new_zeros(num_groups, k).scatter_reduce_(
-        0, index.unsqueeze(1).expand(n, k), (filled * w).abs(), reduce="amax"
+        0, index.unsqueeze(1).expand(n, k), weighted.abs(), reduce="amax"
     )
-    active = var > ACTIVITY_RTOL * abs_max.clamp(min=1.0).square()
-    # a constant component centres to exactly 0: drop the round-off of its mean
-    # (it would otherwise leak into the numerator, e.g. 1e-8 / sqrt(eps) = 1e-5)
-    activef = active.to(r.dtype)
-    keep = activef.index_select(0, index)
+    corr_active = var > ACTIVITY_RTOL * abs_max.clamp(min=1.0).square()
     return RewardGroups(
         index=index,
         group_keys=group_keys,
@@ -303,11 +321,12 @@ def group_rewards(rewards: Any, group_ids: Any, weights: Any = None) -> RewardGr
         weights=w,
         present=present,
         valid=present.any(dim=1),
-        centred=centred * keep,
-        weighted=weighted * keep,
-        var=var * activef,
-        std=(squares[:, k:] / dof[:, None] * activef).sqrt(),
+        centred=centred,
+        weighted=weighted,
+        var=var,
+        std=(squares[:, k:] / dof[:, None]).sqrt(),
         active=active,
+        corr_active=corr_active,
     )
 
 
@@ -357,13 +376,46 @@ def available_estimators() -> list[str]:
 
 
 def get_estimator(name: str) -> Estimator:
-    """The estimator function registered under ``name``; ValueError listing the known ones."""
+    """The estimator registered under ``name``, or the function of an entry point ``pkg.mod:fn``.
+
+    ValueError listing the known ones for an unknown name, or saying why an entry point
+    cannot be loaded.
+    """
+    if ":" in name:
+        return _load_entry_point(name)
     try:
         return _ESTIMATORS[name]
     except KeyError:
         raise ValueError(
-            f"unknown estimator {name!r}; available: {', '.join(available_estimators())}"
+            f"unknown estimator {name!r}; available: {', '.join(available_estimators())} "
+            "(or an entry point package.module:function)"
         ) from None
+
+
+def _load_entry_point(spec: str) -> Estimator:
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"estimator entry point {spec!r}: cannot import {module_name!r} ({exc})") from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"estimator entry point {spec!r}: {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"estimator entry point {spec!r} is not callable")
+    return obj
+
+
+def check_estimator(name: str, options: dict[str, Any] | None = None) -> None:
+    """Raise ValueError unless ``name`` resolves and accepts ``options`` (a 2-response dry run)."""
+    compute_advantages(
+        torch.tensor([[0.0], [1.0]], dtype=torch.float64),
+        torch.tensor([0, 0]),
+        estimator=name,
+        **(options or {}),
+    )
 
 
 def _option_names(fn: Estimator) -> list[str]:
@@ -503,6 +555,42 @@ def gdpo_corr_advantages(groups: RewardGroups, *, eps: float = DEFAULT_EPS) -> t
     return (advantage - advantage[groups.valid].mean()) / (s + eps).sqrt()
 
 
+@register_estimator("rloo")
+def rloo_advantages(groups: RewardGroups) -> torch.Tensor:
+    """RLOO: ``A_i = t_i - mean_{j != i} t_j``, the leave-one-out baseline. ``[N]`` float64.
+
+    With ``n_q`` members this is ``n_q / (n_q - 1) * (t_i - mean_q t)``; a group of one
+    member has advantage 0.
+    """
+    n = groups.per_response(groups.counts)
+    return torch.where(n > 1, n / (n - 1.0).clamp(min=1.0), 0.0) * groups.numerator
+
+
+@register_estimator("reinforce_pp")
+def reinforce_pp_advantages(
+    groups: RewardGroups, *, baseline: str = "group", eps: float = DEFAULT_EPS
+) -> torch.Tensor:
+    """REINFORCE++: the return (minus an optional group-mean baseline), whitened over the batch.
+
+    Shapes: ``groups`` of N responses -> ``[N]`` float64.
+
+    Options:
+        baseline: ``group`` subtracts the group mean of ``t`` first (REINFORCE++-baseline);
+            ``none`` whitens the raw weighted totals ``t_i = sum_k w_k r_ik``.
+        eps: added to the batch standard deviation.
+
+    Whitening is ``(x - mean) / (std + eps)`` over the responses with an applicable component.
+    """
+    eps = _check_eps(eps)
+    if baseline == "group":
+        x = groups.numerator
+    elif baseline == "none":
+        x = torch.where(groups.present, groups.rewards, 0.0) @ groups.weights
+    else:
+        raise ValueError(f"reinforce_pp option baseline must be 'group' or 'none', got {baseline!r}")
+    return _masked_standardise(x, groups.valid, eps)
+
+
 # --------------------------------------------------------------------------- #
 # Diagnostics
 # --------------------------------------------------------------------------- #
@@ -589,7 +677,7 @@ def diagnose(
 
     ``eps`` and ``min_denominator`` are those of GRPO/CorrGRPO used for ``c_q``.
     """
-    active, dtype = groups.active, groups.var.dtype
+    active, dtype = groups.corr_active, groups.var.dtype
     s_cov, s_corr = groups.s_cov, groups.s_corr  # [G]
     c_q = (s_cov.sqrt() + eps) / _corrgrpo_denominator(s_corr, eps, min_denominator)
     # share of S_cov: covariance row sums sum_l Cov(c_k, c_l) = Cov(c_k, N), over S_cov;
@@ -598,9 +686,9 @@ def diagnose(
     has_cov = s_cov > ACTIVITY_RTOL * groups.var.sum(dim=1).clamp(min=1.0)
     cov_share = torch.where(has_cov[:, None], row_sums / torch.where(has_cov, s_cov, 1.0)[:, None], 0.0)
     k_active = active.sum(dim=1).to(dtype)
-    zero_variance = k_active == 0
-    near_cancelling = ~zero_variance & (s_corr < NEAR_CANCELLING_S_CORR)
-    defined = ~zero_variance & ~near_cancelling
+    zero_variance = ~groups.active.any(dim=1)
+    near_cancelling = (k_active > 0) & (s_corr < NEAR_CANCELLING_S_CORR)
+    defined = (k_active > 0) & ~near_cancelling
     k_eff = torch.where(defined, k_active.square() / torch.where(defined, s_corr, 1.0), math.nan)
     c_q = torch.where(zero_variance, math.nan, c_q)
 
@@ -661,8 +749,9 @@ def compute_advantages(
         group_ids: ``[N]`` integer group id per response (any order, groups need
             not be contiguous).
         estimator: a name from :func:`available_estimators` (``grpo``,
-            ``dr_grpo``, ``corrgrpo``, ``gdpo``, ``mo_grpo``, ``gdpo_corr`` or a
-            registered one).
+            ``dr_grpo``, ``corrgrpo``, ``gdpo``, ``mo_grpo``, ``gdpo_corr``,
+            ``rloo``, ``reinforce_pp`` or a registered one) or an entry point
+            ``package.module:function``.
         weights: ``[K]`` finite reward weights, default ones.
         **options: the estimator's options (e.g. ``scale`` for grpo, ``eps``,
             ``min_denominator`` for corrgrpo).
@@ -691,6 +780,12 @@ def compute_advantages(
             f"expected {tuple(groups.index.shape)}"
         )
     advantages = torch.where(groups.valid, advantages, 0.0)
+    if not torch.isfinite(advantages).all():
+        row = int(torch.nonzero(~torch.isfinite(advantages))[0])
+        raise ValueError(
+            f"estimator {estimator!r} returned a non-finite advantage "
+            f"({float(advantages[row])}) for response {row}"
+        )
     diag_options: dict[str, Any] = {}
     if estimator == "corrgrpo":
         diag_options = {k: v for k, v in options.items() if k in ("eps", "min_denominator")}

@@ -1,4 +1,4 @@
-"""Training configuration: dataclasses with a docstring per field.
+"""Training configuration: dataclasses with a docstring and an allowed range per field.
 
 A run is described by a YAML file (see ``env_configs/``) with the sections
 ``env``, ``model``, ``algorithm``, ``rollout``, ``optim`` and ``train``, and
@@ -6,13 +6,19 @@ may be overridden on the command line with dotted keys::
 
     corrgrpo train env_configs/quickstart.yaml algorithm.estimator=grpo train.seed=3
 
-Unknown keys and values of the wrong type are errors that name the key and
-what is allowed.
+Every setting has exactly one home: the trainer owns the task split
+(``train.split``), the turn limit (``rollout.max_turns``) and the reward weights
+(``algorithm.reward_weights``) and hands them to the environment; writing them
+under ``env:`` is an error that names the right key. Unknown keys, values of the
+wrong type, numbers out of range (non-finite ones included), duplicated YAML keys
+and options an estimator or loss does not take are errors that name the key (and
+file and line) and what is allowed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -20,6 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from trainer.lora import LoraConfig
 
 __all__ = [
     "Config",
@@ -29,7 +37,9 @@ __all__ = [
     "OptimConfig",
     "TrainConfig",
     "ConfigError",
+    "LOSS_AGG_MODES",
     "load_config",
+    "load_yaml",
     "config_from_dict",
     "apply_overrides",
     "config_to_dict",
@@ -40,6 +50,50 @@ class ConfigError(ValueError):
     """A configuration key or value is not allowed."""
 
 
+#: How per-token loss terms become one number (verl's ``loss_agg_mode``).
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+@dataclass(frozen=True)
+class Range:
+    """Allowed values of a number: ``low <= x`` (or ``<``), ``x <= high`` (or ``<``), finite."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    note: str = ""
+
+    def contains(self, x: float) -> bool:
+        if not math.isfinite(x):
+            return False
+        if self.low is not None and (x <= self.low if self.low_open else x < self.low):
+            return False
+        return not (self.high is not None and (x >= self.high if self.high_open else x > self.high))
+
+    def describe(self) -> str:
+        parts = []
+        if self.low is not None:
+            parts.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+        if self.high is not None:
+            parts.append(f"{'<' if self.high_open else '<='} {self.high:g}")
+        text = " and ".join(parts) or "a finite number"
+        return f"{text} {self.note}".strip()
+
+
+def _num(default: Any, range_: Range, *, length: int | None = None) -> Any:
+    """A numeric field (or list of numbers) with its allowed range (and list length)."""
+    meta = {"range": range_, "length": length}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+_ANY = Range()
+_POSITIVE_INT = Range(low=1)
+_NON_NEGATIVE = Range(low=0)
+
+
 @dataclass
 class ModelConfig:
     name_or_path: str = "tiny"
@@ -48,103 +102,127 @@ class ModelConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Parameter dtype for training."""
     tokenizer_file: str | None = None
-    """Tokenizer JSON for ``tiny-anchor`` (default: ``../shared/anchors/tiny_bpe_1024.tokenizer.json``)."""
+    """Tokenizer JSON for ``tiny-anchor`` (default: the anchor tokenizer of the shared folder)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA adapters through ``peft`` (``r``, ``alpha``, ``dropout``, ``target_modules``); off
+    while ``r`` is 0. Only the adapters train; saved models are merged plain folders."""
 
 
 @dataclass
 class AlgorithmConfig:
     estimator: str = "corrgrpo"
-    """Advantage estimator: ``corrgrpo``, ``grpo``, ``dr_grpo``, ``gdpo``, ``mo_grpo``, ``gdpo_corr``
-    or one registered with ``trainer.advantages.register_estimator``."""
+    """Advantage estimator: ``corrgrpo``, ``grpo``, ``dr_grpo``, ``gdpo``, ``mo_grpo``, ``gdpo_corr``,
+    ``rloo``, ``reinforce_pp``, one registered with ``trainer.advantages.register_estimator``, or
+    an entry point ``package.module:function``."""
     estimator_options: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword options of the estimator (e.g. ``{scale: batch}`` for grpo, ``{eps: 1e-6}``)."""
+    """Keyword options of the estimator (e.g. ``{scale: batch}`` for grpo, ``{eps: 1e-6}``)."""
     loss: str = "grpo"
-    """Policy loss: ``grpo`` (PPO clip), ``dapo``, ``dr_grpo``, ``cispo``, ``gspo`` or a registered one."""
-    group_size: int = 8
+    """Policy loss: ``grpo`` (PPO clip), ``dapo``, ``dr_grpo``, ``cispo``, ``gspo``, a registered
+    one, or an entry point ``package.module:function``."""
+    loss_options: dict[str, Any] = field(default_factory=dict)
+    """Hyper-parameters of the loss, fields of its ``LossConfig`` (default: the loss's paper
+    values): ``clip_low``, ``clip_high``, ``dual_clip``, ``cispo_clip_low``,
+    ``max_completion_length``."""
+    loss_agg_mode: Literal[
+        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    ] | None = None
+    """How per-token terms are averaged (default: the loss's own): ``token-mean`` over all
+    tokens of the batch, ``seq-mean-token-sum`` (each sequence's token sum, mean over
+    sequences), ``seq-mean-token-mean`` (each sequence's token mean, mean over sequences),
+    ``seq-mean-token-sum-norm`` (token sums over the maximum completion length, Dr. GRPO)."""
+    tis_cap: float | None = _num(None, Range(low=1))
+    """Truncated importance sampling: weight each token's policy term by
+    ``min(pi_train / pi_sampler, tis_cap)`` with the sampler's own log-probabilities, which
+    corrects for a rollout engine whose numbers differ from the trainer's (None: off)."""
+    group_size: int = _num(8, Range(low=2, note="(group estimators need 2 rollouts per task)"))
     """G: rollouts per task."""
-    prompts_per_step: int = 8
+    prompts_per_step: int = _num(8, _POSITIVE_INT)
     """P: tasks per optimizer step (over all processes)."""
-    reward_weights: list[float] | None = None
+    reward_weights: list[float] | None = _num(None, _ANY)
     """Weights of the reward components (default: the environment's)."""
-    clip_low: float | None = None
-    """Lower clip range epsilon (default: the loss's own)."""
-    clip_high: float | None = None
-    """Upper clip range epsilon (default: the loss's own; 0.28 for dapo)."""
-    dual_clip: float | None = None
-    """Dual-clip constant c for negative advantages (3.0 in the paper's runs; None disables)."""
-    kl_beta: float = 0.0
-    """Weight of the k3 KL penalty against a frozen copy of the initial model (0 disables it)."""
+    kl_beta: float = _num(0.0, _NON_NEGATIVE)
+    """Weight of the k3 KL penalty against a frozen copy of the initial model (0: no reference)."""
     dynamic_sampling: bool | None = None
     """Drop groups whose raw reward vectors are all equal and sample more (default: on for dapo)."""
-    max_resample_rounds: int = 3
+    max_resample_rounds: int = _num(3, _NON_NEGATIVE)
     """How many extra rounds of sampling dynamic sampling may use to fill the batch."""
-    overlong_buffer: int | None = None
-    """DAPO overlong shaping: buffer length L_cache; adds an ``overlong`` reward component."""
-    overlong_weight: float = 1.0
+    overlong_buffer: int | None = _num(None, _POSITIVE_INT)
+    """DAPO overlong shaping: buffer length L_cache in tokens; adds an ``overlong`` reward
+    component that falls from 0 to -1 as a turn's length goes from ``rollout.max_new_tokens -
+    overlong_buffer`` to ``rollout.max_new_tokens`` (the per-turn budget, the longest turn counts)."""
+    overlong_weight: float = _num(1.0, _ANY)
     """Weight of the ``overlong`` component."""
 
 
 @dataclass
 class RolloutConfig:
-    max_new_tokens: int = 32
+    max_new_tokens: int = _num(32, _POSITIVE_INT)
     """Maximum tokens generated per turn."""
-    temperature: float = 1.0
+    temperature: float = _num(1.0, _NON_NEGATIVE)
     """Sampling temperature (0: greedy)."""
-    top_p: float = 1.0
+    top_p: float = _num(1.0, Range(low=0, high=1, low_open=True))
     """Nucleus sampling threshold."""
     stop: list[str] = field(default_factory=list)
     """Stop strings that end a turn."""
-    max_turns: int = 1
-    """Upper bound on turns per episode (multi-turn envs also have their own limit)."""
-    backend: Literal["hf", "vllm"] = "hf"
-    """Generation backend: transformers ``generate`` or a colocated vLLM engine."""
+    max_turns: int = _num(1, _POSITIVE_INT)
+    """Turns per episode; also given to envs whose constructor takes ``max_turns``."""
+    backend: str = "hf"
+    """Rollout engine: ``hf`` (transformers ``generate`` on the training model) or ``vllm``
+    (a colocated vLLM engine); others register in ``trainer.engines``."""
     vllm_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of ``vllm.LLM`` for the ``vllm`` backend (``gpu_memory_utilization``,
     ``max_model_len``, ``enforce_eager``, ``enable_sleep_mode``, ...)."""
-    groups_per_generate: int | None = None
+    groups_per_generate: int | None = _num(None, _POSITIVE_INT)
     """Groups per generation call (default: all of a process's groups in one call). Setting 1
     makes sampling independent of how groups are spread over processes."""
-    reward_workers: int = 1
+    reward_workers: int = _num(1, _POSITIVE_INT)
     """Parallel workers that compute rewards (code execution and AgentDojo checks are costly)."""
     reward_executor: Literal["thread", "process"] = "thread"
     """Pool kind for reward workers."""
+    hf_decoder: Literal["auto", "static", "generate"] = "auto"
+    """How the ``hf`` backend decodes: ``auto`` (a loop with a preallocated KV cache for
+    Qwen2/Llama/Mistral models, same draws as ``generate`` and faster; ``generate`` for
+    others), ``static`` (that loop; an error for other models) or ``generate``."""
+    torch_threads: int | None = _num(None, _POSITIVE_INT)
+    """Torch threads per process (default: this process's share of the cores minus its
+    reward worker processes, at least 1; see ``trainer.threads``)."""
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-3
+    lr: float = _num(1e-3, Range(low=0, low_open=True))
     """Peak learning rate of AdamW."""
-    weight_decay: float = 0.0
+    weight_decay: float = _num(0.0, _NON_NEGATIVE)
     """AdamW weight decay."""
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    """AdamW betas."""
-    adam_eps: float = 1e-8
+    betas: list[float] = _num([0.9, 0.999], Range(low=0, high=1, high_open=True), length=2)
+    """AdamW betas (two numbers in [0, 1))."""
+    adam_eps: float = _num(1e-8, Range(low=0, low_open=True))
     """AdamW epsilon."""
     schedule: Literal["constant", "linear", "cosine"] = "linear"
     """Learning-rate schedule after warmup (linear and cosine decay to 0 at the last step)."""
-    warmup_steps: int = 0
+    warmup_steps: int = _num(0, _NON_NEGATIVE)
     """Linear warmup steps."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = _num(1.0, Range(low=0, note="(0 disables clipping)"))
     """Gradient clipping norm (0 disables)."""
-    epochs: int = 1
+    epochs: int = _num(1, _POSITIVE_INT)
     """Update epochs over each batch of rollouts."""
-    mini_batch_size: int | None = None
+    mini_batch_size: int | None = _num(None, Range(low=1, note="(or null: the whole batch)"))
     """Sequences per optimizer update (over all processes; default: the whole batch)."""
-    micro_batch_size: int | None = None
+    micro_batch_size: int | None = _num(None, Range(low=1, note="(or null: the mini-batch)"))
     """Sequences per forward pass on one process (gradient accumulation; default: the mini-batch)."""
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 50
+    steps: int = _num(50, _POSITIVE_INT)
     """Number of training steps (one batch of P x G rollouts each)."""
-    seed: int = 0
+    seed: int = _num(0, Range(low=0, high=2**63 - 1))
     """Seed of the model init, task order and sampling."""
     output_dir: str | None = None
     """Run folder (default: ``runs/<config name>-<estimator>-s<seed>``)."""
-    save_every: int = 0
+    save_every: int = _num(0, Range(low=0, note="(0: only at the end)"))
     """Save a checkpoint every N steps (0: only at the end)."""
     save_final: bool = True
     """Save a checkpoint after the last step."""
@@ -157,15 +235,16 @@ class TrainConfig:
     cpu: bool = False
     """Force the CPU even when a GPU is available."""
     split: Literal["train", "eval", "all"] = "train"
-    """Task split to train on."""
-    log_samples: int = 1
-    """Completions printed to ``samples.jsonl`` per step (0: none)."""
+    """Task split to train on (given to the environment)."""
+    log_samples: int = _num(1, _NON_NEGATIVE)
+    """Completions written to ``samples.jsonl`` per step (0: none)."""
 
 
 @dataclass
 class Config:
     env: dict[str, Any] = field(default_factory=lambda: {"id": "corrgrpo/ScaleDominance-v0"})
-    """The environment: ``id`` plus its keyword arguments."""
+    """The environment: ``id`` (a registered id or ``package.module:Class``) plus its keyword
+    arguments; ``split``, ``max_turns`` and ``reward_weights`` belong to the trainer."""
     model: ModelConfig = field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -173,6 +252,21 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     name: str = "run"
     """Name of the run (default: the config file's stem)."""
+
+
+#: Keys written in the wrong section -> where they belong.
+MOVED_KEYS: dict[str, str] = {
+    "env.split": "train.split",
+    "env.max_turns": "rollout.max_turns",
+    "env.reward_weights": "algorithm.reward_weights",
+    "algorithm.clip_low": "algorithm.loss_options.clip_low",
+    "algorithm.clip_high": "algorithm.loss_options.clip_high",
+    "algorithm.dual_clip": "algorithm.loss_options.dual_clip",
+    "algorithm.loss_options.kl_beta": "algorithm.kl_beta",
+    "algorithm.loss_options.agg_mode": "algorithm.loss_agg_mode",
+    "train.max_turns": "rollout.max_turns",
+    "rollout.split": "train.split",
+}
 
 
 # ------------------------------------------------------------------- parsing
@@ -199,12 +293,14 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             return value
         raise ConfigError(f"{key}: {value!r} is not allowed; allowed values: {_type_name(tp)}")
     if origin in (typing.Union, types.UnionType):
-        errors = []
         for arg in typing.get_args(tp):
             try:
                 return _coerce(value, arg, key)
-            except ConfigError as exc:
-                errors.append(str(exc))
+            except ConfigError:
+                continue
+        literal = [a for a in typing.get_args(tp) if typing.get_origin(a) is Literal]
+        if literal and value is not None:
+            return _coerce(value, literal[0], key)  # the Literal's message lists the values
         raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
     if tp is type(None):
         if value is None:
@@ -245,6 +341,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key}: unsupported type {tp}")
 
 
+def _moved(key: str) -> None:
+    if key in MOVED_KEYS:
+        raise ConfigError(f"{key}: this setting belongs in {MOVED_KEYS[key]}; set it there")
+
+
 def _build(cls: type, data: Any, prefix: str = "") -> Any:
     if data is None:
         data = {}
@@ -255,10 +356,29 @@ def _build(cls: type, data: Any, prefix: str = "") -> Any:
     kwargs = {}
     for key, value in data.items():
         full = f"{prefix}.{key}" if prefix else str(key)
+        _moved(full)
         if key not in fields:
             raise ConfigError(f"unknown key {full!r}; allowed keys: {', '.join(sorted(fields))}")
         kwargs[key] = _coerce(value, hints[key], full)
     return cls(**kwargs)
+
+
+def _check_ranges(obj: Any, prefix: str) -> None:
+    """Every numeric field within its ``Range`` (lists: every item, and the length)."""
+    for f in dataclasses.fields(obj):
+        range_: Range | None = f.metadata.get("range")
+        value = getattr(obj, f.name)
+        key = f"{prefix}.{f.name}"
+        if range_ is None or value is None:
+            continue
+        items = value if isinstance(value, list) else [value]
+        length = f.metadata.get("length")
+        if length is not None and len(items) != length:
+            raise ConfigError(f"{key}: {value!r} has {len(items)} entries; allowed: exactly {length}")
+        for i, x in enumerate(items):
+            where = f"{key}[{i}]" if isinstance(value, list) else key
+            if not range_.contains(float(x)):
+                raise ConfigError(f"{where}: {x!r} is out of range; allowed: {range_.describe()}")
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:
@@ -266,29 +386,44 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     cfg = _build(Config, data)
     if "id" not in cfg.env:
         raise ConfigError("env: needs an 'id' key (e.g. corrgrpo/ScaleDominance-v0)")
-    _check(cfg)
+    for key in cfg.env:
+        _moved(f"env.{key}")
+    for section in ("model", "algorithm", "rollout", "optim", "train"):
+        _check_ranges(getattr(cfg, section), section)
+    _check_plugins(cfg)
     return cfg
 
 
-def _check(cfg: Config) -> None:
-    a, r, o = cfg.algorithm, cfg.rollout, cfg.optim
-    positive = {
-        "algorithm.group_size": a.group_size,
-        "algorithm.prompts_per_step": a.prompts_per_step,
-        "rollout.max_new_tokens": r.max_new_tokens,
-        "rollout.max_turns": r.max_turns,
-        "optim.epochs": o.epochs,
-        "train.steps": cfg.train.steps,
-    }
-    for key, value in positive.items():
-        if value < 1:
-            raise ConfigError(f"{key}: must be >= 1, got {value}")
-    if a.group_size < 2:
-        raise ConfigError("algorithm.group_size: group estimators need at least 2 rollouts per task")
-    if o.lr <= 0:
-        raise ConfigError(f"optim.lr: must be > 0, got {o.lr}")
-    if r.temperature < 0:
-        raise ConfigError(f"rollout.temperature: must be >= 0, got {r.temperature}")
+def _check_plugins(cfg: Config) -> None:
+    """The estimator, loss and rollout engine exist and take the given options."""
+    from trainer.engines import available_engines
+    from trainer.losses import LossConfigError, resolve_loss_config
+
+    a = cfg.algorithm
+    try:
+        from trainer.advantages import check_estimator
+
+        check_estimator(a.estimator, a.estimator_options)
+    except ValueError as exc:
+        raise ConfigError(f"algorithm.estimator / estimator_options: {exc}") from None
+    for key in a.loss_options:
+        _moved(f"algorithm.loss_options.{key}")
+    try:
+        resolve_loss_config(a.loss, a.loss_options, agg_mode=a.loss_agg_mode)
+    except LossConfigError as exc:
+        raise ConfigError(f"algorithm.loss_options.{exc.key}: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"algorithm.loss / loss_options: {exc}") from None
+    if cfg.rollout.backend not in available_engines():
+        raise ConfigError(
+            f"rollout.backend: {cfg.rollout.backend!r} is not allowed; allowed values: one of "
+            + ", ".join(repr(n) for n in available_engines())
+        )
+    if a.overlong_buffer is not None and a.overlong_buffer > cfg.rollout.max_new_tokens:
+        raise ConfigError(
+            f"algorithm.overlong_buffer: {a.overlong_buffer} is out of range; allowed: <= "
+            f"rollout.max_new_tokens ({cfg.rollout.max_new_tokens})"
+        )
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
@@ -315,6 +450,35 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe YAML loader that rejects a key repeated in one mapping."""
+
+    source = "<yaml>"
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(
+                    f"{self.source}:{line}: duplicate key {key!r} (first set on line {seen[key]})"
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Parse a YAML file safely; a key repeated in one mapping is a :class:`ConfigError`."""
+    text = Path(path).read_text(encoding="utf-8")
+    loader = _UniqueKeyLoader(text)
+    loader.source = str(path)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
     """Read a YAML config (or the defaults when ``path`` is None) and apply overrides."""
     data: dict[str, Any] = {}
@@ -323,8 +487,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         from corrgrpo_envs.registry import resolve_config_path
 
         resolved = resolve_config_path(path)
-        with open(resolved, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
+        data = load_yaml(resolved) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{resolved}: expected a mapping at the top level")
         name = resolved.stem

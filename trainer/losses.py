@@ -3,51 +3,88 @@
 Every loss has the signature
 
     fn(logp, old_logp, advantages, mask, cfg, *, ref_logp=None,
-       seq_denominator=None, token_denominator=None) -> LossOutput
+       seq_denominator=None, token_denominator=None, token_weights=None) -> LossOutput
 
-with ``logp``, ``old_logp``, ``ref_logp`` and ``mask`` of shape ``[B, T]`` (``mask`` is 1 on
-the completion tokens the policy generated, 0 on prompt, tool-result and padding tokens) and
-``advantages`` of shape ``[B]`` (one advantage per sequence).
+with ``logp``, ``old_logp``, ``ref_logp``, ``mask`` and ``token_weights`` of shape ``[B, T]``
+(``mask`` is 1 on the completion tokens the policy generated, 0 on prompt, tool-result and
+padding tokens; ``token_weights`` are constant per-token factors of the policy term, e.g.
+truncated importance weights against the sampler) and ``advantages`` of shape ``[B]``.
 
-The losses differ in how per-token terms are aggregated:
+How per-token terms become one number is ``cfg.agg_mode`` (verl's ``loss_agg_mode``), by
+default the loss's own:
 
-- ``grpo``: mean over a sequence's tokens, then over sequences;
-- ``dapo`` and ``cispo``: mean over all tokens of the batch (token level);
-- ``dr_grpo``: token sum divided by ``max_completion_length`` and the number of sequences;
-- ``gspo``: one term per sequence (a sequence-level ratio), mean over sequences.
+- ``seq-mean-token-mean`` (grpo, gspo): mean over a sequence's tokens, then over sequences;
+- ``token-mean`` (dapo, cispo): mean over all tokens of the batch;
+- ``seq-mean-token-sum``: each sequence's token sum, mean over sequences;
+- ``seq-mean-token-sum-norm`` (dr_grpo): token sums over ``max_completion_length``, mean over
+  sequences.
+
+gspo's term is one per sequence (a sequence-level ratio), given to each of its tokens, so its
+default mode is exactly the mean over sequences.
 
 The denominators are arguments so that gradient accumulation reproduces the full-batch
 loss exactly: when a batch is split into micro-batches (or spread over processes), pass the
 full batch's ``seq_denominator`` (number of sequences) and ``token_denominator`` (number of
 masked tokens) to every call, and the sum of the micro-batch losses equals the full-batch
-loss, and so do the gradients.
+loss, and so do the gradients. Diagnostics are :mod:`trainer.loss_metrics` values (means that
+keep their weights, maxima) so that they combine exactly over micro-batches and processes.
 
 The optional KL penalty (k3 estimator against a frozen reference, weight ``kl_beta``) is added
 to each token's term before aggregation, so it is aggregated like the policy term.
+
+A loss is looked up by registered name or as an entry point ``package.module:function``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import importlib
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from trainer.loss_metrics import Max, Mean
+
 __all__ = [
+    "AGG_MODES",
     "LossConfig",
+    "LossConfigError",
     "LossFn",
     "LossOutput",
+    "aggregate",
     "available_losses",
     "default_config",
     "get_loss",
     "k3_kl",
     "register_loss",
+    "resolve_loss_config",
 ]
 
 # exp() of a log-ratio beyond this is a numerical accident, not a policy change; clamping keeps
 # the ratio finite (the clamped region gets no gradient, as it would under clipping anyway).
 _MAX_LOG_RATIO = 20.0
+
+AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+class LossConfigError(ValueError):
+    """A loss hyper-parameter is not allowed; ``key`` names the field."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+def _finite_at_least(name: str, value: float, low: float, *, open_: bool = False,
+                     high: float | None = None) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if open_ else value >= low) and (high is None or value <= high)
+    if not ok:
+        allowed = f"{'>' if open_ else '>='} {low:g}" + (f" and <= {high:g}" if high is not None else "")
+        raise LossConfigError(name, f"{name}: {value!r} is out of range; allowed: {allowed}")
 
 
 @dataclass
@@ -55,10 +92,10 @@ class LossConfig:
     """Hyper-parameters of the policy losses (each loss reads the fields it needs)."""
 
     clip_low: float = 0.2
-    """PPO clip range below 1: ratios under ``1 - clip_low`` are clipped (grpo, dapo, dr_grpo)."""
+    """Clip range below 1: ratios under ``1 - clip_low`` are clipped (grpo, dapo, dr_grpo, gspo)."""
 
     clip_high: float = 0.2
-    """Clip range above 1: ratios over ``1 + clip_high`` are clipped (grpo, dapo, dr_grpo,
+    """Clip range above 1: ratios over ``1 + clip_high`` are clipped (grpo, dapo, dr_grpo, gspo,
     and the upper bound of cispo's importance weight). DAPO's clip-higher uses 0.28."""
 
     dual_clip: float | None = None
@@ -67,53 +104,53 @@ class LossConfig:
 
     kl_beta: float = 0.0
     """Weight of the k3 KL penalty to the reference policy; used only when ``ref_logp`` is
-    given."""
+    given (set by the trainer from ``algorithm.kl_beta``)."""
 
     max_completion_length: int | None = None
-    """dr_grpo's constant normaliser (the maximum completion length in tokens); ``None`` uses
-    the padded length T of the batch, which is only right when T is that maximum."""
-
-    gspo_clip_low: float = 3e-4
-    """gspo's clip range below 1 for the sequence-level ratio."""
-
-    gspo_clip_high: float = 4e-4
-    """gspo's clip range above 1 for the sequence-level ratio."""
+    """The normaliser of ``seq-mean-token-sum-norm`` (the maximum completion length in tokens);
+    ``None`` uses the padded length T of the batch, which is only right when T is that maximum.
+    The trainer sets it to ``max_new_tokens * max_turns`` unless given."""
 
     cispo_clip_low: float | None = None
     """Lower clip range of cispo's importance weight (bound ``1 - cispo_clip_low``). ``None``
     means no lower bound, as in MiniMax-M1, which only bounds the weight from above (with
     ``1 + clip_high``)."""
 
+    agg_mode: str | None = None
+    """One of :data:`AGG_MODES`, or ``None`` for the loss's own (set by the trainer from
+    ``algorithm.loss_agg_mode``)."""
+
     def __post_init__(self) -> None:
-        for name in ("clip_low", "clip_high", "gspo_clip_low", "gspo_clip_high", "kl_beta"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"LossConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if self.clip_low > 1 or self.gspo_clip_low > 1:
-            raise ValueError("LossConfig.clip_low and gspo_clip_low must be <= 1")
-        if self.cispo_clip_low is not None and not 0 <= self.cispo_clip_low <= 1:
-            raise ValueError(
-                f"LossConfig.cispo_clip_low must be None or in [0, 1], got {self.cispo_clip_low}"
-            )
-        if self.dual_clip is not None and self.dual_clip <= 1:
-            raise ValueError(f"LossConfig.dual_clip must be None or > 1, got {self.dual_clip}")
-        if self.max_completion_length is not None and self.max_completion_length < 1:
-            raise ValueError(
-                "LossConfig.max_completion_length must be None or >= 1, "
-                f"got {self.max_completion_length}"
+        _finite_at_least("clip_low", self.clip_low, 0.0, high=1.0)
+        _finite_at_least("clip_high", self.clip_high, 0.0)
+        _finite_at_least("kl_beta", self.kl_beta, 0.0)
+        if self.cispo_clip_low is not None:
+            _finite_at_least("cispo_clip_low", self.cispo_clip_low, 0.0, high=1.0)
+        if self.dual_clip is not None:
+            _finite_at_least("dual_clip", self.dual_clip, 1.0, open_=True)
+        if self.max_completion_length is not None:
+            _finite_at_least("max_completion_length", self.max_completion_length, 1)
+        if self.agg_mode is not None and self.agg_mode not in AGG_MODES:
+            raise LossConfigError(
+                "agg_mode", f"agg_mode: {self.agg_mode!r} is not allowed; allowed values: "
+                + ", ".join(AGG_MODES)
             )
 
 
 @dataclass
 class LossOutput:
-    """A loss value to back-propagate and scalar diagnostics of this (micro-)batch."""
+    """A loss value to back-propagate and diagnostics of this (micro-)batch."""
 
     loss: torch.Tensor
     """Scalar loss; its gradient flows to ``logp``."""
 
     metrics: dict[str, float] = field(default_factory=dict)
-    """``clip_fraction`` (share of masked tokens where clipping acts), ``ratio_mean``,
-    ``ratio_max`` (of the ratio the loss clips: per token, or per sequence for gspo) and
-    ``kl`` (mean k3 over masked tokens, only when ``ref_logp`` is given)."""
+    """``clip_fraction`` (token-weighted share of masked tokens where clipping acts; for gspo
+    the share of tokens in clipped sequences), ``ratio_mean`` and ``ratio_max`` (of the ratio
+    the loss clips: token-weighted per token, or sequence-weighted per sequence for gspo) and
+    ``kl`` (token-weighted mean k3, only when ``ref_logp`` is given). Values are
+    :class:`~trainer.loss_metrics.Mean` / :class:`~trainer.loss_metrics.Max` (floats); a plain
+    float counts as a mean of weight 1."""
 
 
 LossFn = Callable[..., LossOutput]
@@ -123,7 +160,11 @@ _DEFAULTS: dict[str, LossConfig] = {}
 
 
 def register_loss(name: str, *, defaults: LossConfig | None = None) -> Callable[[LossFn], LossFn]:
-    """Decorator that registers a loss under ``name``, with its paper's default config."""
+    """Decorator that registers a loss under ``name``, with its paper's default config.
+
+    ``defaults`` may be an instance of a ``LossConfig`` subclass that adds the loss's own
+    fields; they are then settable from ``algorithm.loss_options`` like the others.
+    """
 
     def decorator(fn: LossFn) -> LossFn:
         if name in _LOSSES:
@@ -140,17 +181,63 @@ def available_losses() -> list[str]:
     return sorted(_LOSSES)
 
 
+def _load_entry_point(spec: str, what: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{what} entry point {spec!r}: cannot import {module_name!r} ({exc})") from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"{what} entry point {spec!r}: {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"{what} entry point {spec!r} is not callable")
+    return obj
+
+
 def get_loss(name: str) -> LossFn:
-    """The loss registered under ``name``."""
+    """The loss registered under ``name``, or the function of an entry point ``pkg.mod:fn``."""
+    if ":" in name:
+        return _load_entry_point(name, "loss")
     if name not in _LOSSES:
-        raise ValueError(f"unknown loss {name!r}; available: {', '.join(available_losses())}")
+        raise ValueError(
+            f"unknown loss {name!r}; available: {', '.join(available_losses())} "
+            "(or an entry point package.module:function)"
+        )
     return _LOSSES[name]
 
 
 def default_config(name: str) -> LossConfig:
     """A fresh copy of the default config of loss ``name`` (its paper's settings)."""
     get_loss(name)  # raises for unknown names
-    return dataclasses.replace(_DEFAULTS[name])
+    return dataclasses.replace(_DEFAULTS.get(name, LossConfig()))
+
+
+def resolve_loss_config(
+    name: str, options: Mapping[str, Any] | None = None, *, agg_mode: str | None = None, **fixed: Any
+) -> LossConfig:
+    """The config of loss ``name``: its defaults, then ``options``, then ``fixed`` and ``agg_mode``.
+
+    Raises :class:`LossConfigError` (with ``.key``) for an unknown option or a value out of
+    range, ValueError for an unknown loss.
+    """
+    cfg = default_config(name)
+    allowed = {f.name for f in dataclasses.fields(cfg)} - {"kl_beta", "agg_mode"}
+    options = dict(options or {})
+    for key in options:
+        if key not in allowed:
+            raise LossConfigError(
+                key, f"unknown option {key!r} of loss {name!r}; accepted: {', '.join(sorted(allowed))}"
+            )
+    values = {**options, **fixed}
+    if agg_mode is not None:
+        values["agg_mode"] = agg_mode
+    try:
+        return dataclasses.replace(cfg, **values)
+    except TypeError as exc:
+        raise LossConfigError(next(iter(values), "?"), str(exc)) from None
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -175,6 +262,7 @@ class _Batch:
     ref_logp: torch.Tensor | None
     advantages: torch.Tensor  # [B, 1], broadcasts over tokens
     mask: torch.Tensor  # float {0, 1}
+    token_weights: torch.Tensor | None
     seq_denominator: float
     token_denominator: float
 
@@ -187,6 +275,7 @@ def _prepare(
     ref_logp: torch.Tensor | None,
     seq_denominator: float | None,
     token_denominator: float | None,
+    token_weights: torch.Tensor | None = None,
 ) -> _Batch:
     if logp.dim() != 2:
         raise ValueError(f"logp must have shape [B, T], got {tuple(logp.shape)}")
@@ -194,6 +283,8 @@ def _prepare(
     named = {"old_logp": old_logp, "mask": mask}
     if ref_logp is not None:
         named["ref_logp"] = ref_logp
+    if token_weights is not None:
+        named["token_weights"] = token_weights
     for name, tensor in named.items():
         if tensor.shape != shape:
             raise ValueError(
@@ -213,6 +304,14 @@ def _prepare(
             f"denominators must be > 0, got seq_denominator={seq_denominator}, "
             f"token_denominator={token_denominator}"
         )
+    # A row without trained tokens contributes nothing, whatever its advantage (a NaN there
+    # must not turn the loss into NaN); a non-finite advantage on a trained row is a bug upstream.
+    has_tokens = keep.any(dim=1)
+    bad = has_tokens & ~torch.isfinite(advantages.detach())
+    if bad.any():
+        row = int(torch.nonzero(bad)[0])
+        raise ValueError(f"advantages must be finite on rows with trained tokens; row {row} is "
+                         f"{float(advantages[row])}")
 
     # Half-precision log-probs lose the small differences the ratio is made of: compute in
     # at least float32 (the gradient still flows back to logp in its own dtype).
@@ -226,8 +325,9 @@ def _prepare(
         # old and reference log-probs are constants of the update
         old_logp=clean(old_logp.detach()),
         ref_logp=None if ref_logp is None else clean(ref_logp.detach()),
-        advantages=advantages.detach().to(dtype).unsqueeze(-1),
+        advantages=advantages.detach().to(dtype).masked_fill(~has_tokens, 0.0).unsqueeze(-1),
         mask=keep.to(dtype),
+        token_weights=None if token_weights is None else clean(token_weights.detach()),
         seq_denominator=float(seq_denominator),
         token_denominator=float(token_denominator),
     )
@@ -257,10 +357,13 @@ def _ppo_clip_terms(
     return loss, ratio, clip_active
 
 
-def _add_kl(token_loss: torch.Tensor, b: _Batch, cfg: LossConfig) -> torch.Tensor:
+def _policy_and_kl(policy_term: torch.Tensor, b: _Batch, cfg: LossConfig) -> torch.Tensor:
+    """Per-token loss: the policy term (times the token weights, if any) plus the KL term."""
+    if b.token_weights is not None:
+        policy_term = policy_term * b.token_weights
     if b.ref_logp is None or cfg.kl_beta == 0:
-        return token_loss
-    return token_loss + cfg.kl_beta * k3_kl(b.logp, b.ref_logp)
+        return policy_term
+    return policy_term + cfg.kl_beta * k3_kl(b.logp, b.ref_logp)
 
 
 def _metrics(
@@ -268,95 +371,102 @@ def _metrics(
 ) -> dict[str, float]:
     """Diagnostics of this micro-batch; ``ratio_mask`` selects the ratios to summarise."""
     with torch.no_grad():
-        n_tokens = b.mask.sum().clamp(min=1.0)
-        n_ratios = ratio_mask.sum()
-        metrics = {
-            "clip_fraction": float((clip_active.to(b.mask.dtype) * b.mask).sum() / n_tokens),
-            "ratio_mean": float((ratio * ratio_mask).sum() / n_ratios.clamp(min=1.0)),
-            "ratio_max": float(ratio[ratio_mask.bool()].max()) if n_ratios > 0 else 1.0,
+        n_tokens = float(b.mask.sum())
+        n_ratios = float(ratio_mask.sum())
+        selected = ratio.expand_as(ratio_mask)[ratio_mask.bool()]
+        metrics: dict[str, float] = {
+            "clip_fraction": Mean(float((clip_active.to(b.mask.dtype) * b.mask).sum()), n_tokens),
+            "ratio_mean": Mean(float((ratio * ratio_mask).sum()), n_ratios),
+            "ratio_max": Max(float(selected.max()) if selected.numel() else -math.inf),
         }
         if b.ref_logp is not None:
-            metrics["kl"] = float((k3_kl(b.logp, b.ref_logp) * b.mask).sum() / n_tokens)
+            metrics["kl"] = Mean(float((k3_kl(b.logp, b.ref_logp) * b.mask).sum()), n_tokens)
     return metrics
 
 
-def _sequence_mean_loss(token_loss: torch.Tensor, b: _Batch) -> torch.Tensor:
-    """sum_i (sum_t l_it m_it / max(1, |y_i|)) / seq_denominator."""
-    lengths = b.mask.sum(-1).clamp(min=1.0)
-    return ((token_loss * b.mask).sum(-1) / lengths).sum() / b.seq_denominator
+def aggregate(
+    token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    *,
+    seq_denominator: float,
+    token_denominator: float,
+    max_completion_length: int | None = None,
+) -> torch.Tensor:
+    """One number from per-token terms ``[B, T]`` (masked by ``mask``), by ``mode``.
+
+    ``token-mean``: ``sum_it l m / token_denominator``; ``seq-mean-token-sum``:
+    ``sum_i (sum_t l m) / seq_denominator``; ``seq-mean-token-mean``:
+    ``sum_i (sum_t l m / max(1, |y_i|)) / seq_denominator``; ``seq-mean-token-sum-norm``:
+    ``sum_it l m / (max_completion_length * seq_denominator)`` (T when None).
+    """
+    masked = token_loss * mask
+    if mode == "token-mean":
+        return masked.sum() / token_denominator
+    if mode == "seq-mean-token-sum":
+        return masked.sum() / seq_denominator
+    if mode == "seq-mean-token-mean":
+        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / seq_denominator
+    if mode == "seq-mean-token-sum-norm":
+        max_length = max_completion_length or token_loss.shape[1]
+        return masked.sum() / (max_length * seq_denominator)
+    raise ValueError(f"unknown agg_mode {mode!r}; allowed: {', '.join(AGG_MODES)}")
 
 
-def _token_mean_loss(token_loss: torch.Tensor, b: _Batch) -> torch.Tensor:
-    """sum_it l_it m_it / token_denominator."""
-    return (token_loss * b.mask).sum() / b.token_denominator
+def _aggregate(token_loss: torch.Tensor, b: _Batch, cfg: LossConfig, own: str) -> torch.Tensor:
+    return aggregate(
+        token_loss,
+        b.mask,
+        cfg.agg_mode or own,
+        seq_denominator=b.seq_denominator,
+        token_denominator=b.token_denominator,
+        max_completion_length=cfg.max_completion_length,
+    )
 
 
 # ----------------------------------------------------------------------------- losses
 
 
-@register_loss("grpo")
-def grpo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    cfg: LossConfig,
-    *,
-    ref_logp: torch.Tensor | None = None,
-    seq_denominator: float | None = None,
-    token_denominator: float | None = None,
-) -> LossOutput:
-    """GRPO (DeepSeekMath): PPO clip per token, mean over each sequence, then over sequences."""
-    b = _prepare(logp, old_logp, advantages, mask, ref_logp, seq_denominator, token_denominator)
-    token_loss, ratio, clip_active = _ppo_clip_terms(b, cfg)
-    loss = _sequence_mean_loss(_add_kl(token_loss, b, cfg), b)
-    return LossOutput(loss, _metrics(b, ratio, clip_active, b.mask))
+def _ppo_loss(own_agg: str):
+    """A PPO-clip loss whose per-token terms are aggregated by ``own_agg`` unless configured."""
+
+    def loss_fn(
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        cfg: LossConfig,
+        *,
+        ref_logp: torch.Tensor | None = None,
+        seq_denominator: float | None = None,
+        token_denominator: float | None = None,
+        token_weights: torch.Tensor | None = None,
+    ) -> LossOutput:
+        b = _prepare(logp, old_logp, advantages, mask, ref_logp, seq_denominator,
+                     token_denominator, token_weights)
+        token_loss, ratio, clip_active = _ppo_clip_terms(b, cfg)
+        loss = _aggregate(_policy_and_kl(token_loss, b, cfg), b, cfg, own_agg)
+        return LossOutput(loss, _metrics(b, ratio, clip_active, b.mask))
+
+    return loss_fn
 
 
-@register_loss("dapo", defaults=LossConfig(clip_low=0.2, clip_high=0.28))
-def dapo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    cfg: LossConfig,
-    *,
-    ref_logp: torch.Tensor | None = None,
-    seq_denominator: float | None = None,
-    token_denominator: float | None = None,
-) -> LossOutput:
-    """DAPO: PPO clip with clip-higher (0.2 / 0.28), mean over all tokens of the batch.
+grpo_loss = register_loss("grpo")(_ppo_loss("seq-mean-token-mean"))
+grpo_loss.__doc__ = """GRPO (DeepSeekMath): PPO clip per token, mean over each sequence, then over
+sequences."""
 
-    Dynamic sampling and overlong shaping act on the data and rewards, not here.
-    """
-    b = _prepare(logp, old_logp, advantages, mask, ref_logp, seq_denominator, token_denominator)
-    token_loss, ratio, clip_active = _ppo_clip_terms(b, cfg)
-    loss = _token_mean_loss(_add_kl(token_loss, b, cfg), b)
-    return LossOutput(loss, _metrics(b, ratio, clip_active, b.mask))
+dapo_loss = register_loss(
+    "dapo", defaults=LossConfig(clip_low=0.2, clip_high=0.28)
+)(_ppo_loss("token-mean"))
+dapo_loss.__doc__ = """DAPO: PPO clip with clip-higher (0.2 / 0.28), mean over all tokens of the
+batch. Dynamic sampling and overlong shaping act on the data and rewards, not here."""
 
-
-@register_loss("dr_grpo")
-def dr_grpo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    cfg: LossConfig,
-    *,
-    ref_logp: torch.Tensor | None = None,
-    seq_denominator: float | None = None,
-    token_denominator: float | None = None,
-) -> LossOutput:
-    """Dr. GRPO: PPO clip, token sum over a constant (max completion length x sequences).
-
-    A constant normaliser removes GRPO's length bias; pair it with the ``none`` advantage
-    divisor.
-    """
-    b = _prepare(logp, old_logp, advantages, mask, ref_logp, seq_denominator, token_denominator)
-    token_loss, ratio, clip_active = _ppo_clip_terms(b, cfg)
-    max_length = cfg.max_completion_length or logp.shape[1]
-    loss = (_add_kl(token_loss, b, cfg) * b.mask).sum() / (max_length * b.seq_denominator)
-    return LossOutput(loss, _metrics(b, ratio, clip_active, b.mask))
+dr_grpo_loss = register_loss("dr_grpo")(
+    _ppo_loss("seq-mean-token-sum-norm")
+)
+dr_grpo_loss.__doc__ = """Dr. GRPO: PPO clip, token sum over a constant (max completion length x
+sequences). A constant normaliser removes GRPO's length bias; pair it with the ``none``
+advantage divisor."""
 
 
 @register_loss("cispo", defaults=LossConfig(clip_high=0.28, cispo_clip_low=None))
@@ -370,6 +480,7 @@ def cispo_loss(
     ref_logp: torch.Tensor | None = None,
     seq_denominator: float | None = None,
     token_denominator: float | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> LossOutput:
     """CISPO (MiniMax-M1): -sg(clip(rho, 1 - e_low, 1 + e_high)) * A * logp, token mean.
 
@@ -377,18 +488,19 @@ def cispo_loss(
     still get a gradient (scaled by the clipped weight). The lower bound is
     ``1 - cfg.cispo_clip_low`` (none by default); the upper bound is ``1 + cfg.clip_high``.
     """
-    b = _prepare(logp, old_logp, advantages, mask, ref_logp, seq_denominator, token_denominator)
+    b = _prepare(logp, old_logp, advantages, mask, ref_logp, seq_denominator, token_denominator,
+                 token_weights)
     ratio = _token_ratio(b)
     low = 0.0 if cfg.cispo_clip_low is None else 1.0 - cfg.cispo_clip_low
     high = 1.0 + cfg.clip_high
     weight = ratio.detach().clamp(low, high)
     token_loss = -weight * b.advantages * b.logp
-    loss = _token_mean_loss(_add_kl(token_loss, b, cfg), b)
+    loss = _aggregate(_policy_and_kl(token_loss, b, cfg), b, cfg, "token-mean")
     clip_active = (ratio < low) | (ratio > high)
     return LossOutput(loss, _metrics(b, ratio, clip_active, b.mask))
 
 
-@register_loss("gspo")
+@register_loss("gspo", defaults=LossConfig(clip_low=3e-4, clip_high=4e-4))
 def gspo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -399,26 +511,27 @@ def gspo_loss(
     ref_logp: torch.Tensor | None = None,
     seq_denominator: float | None = None,
     token_denominator: float | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> LossOutput:
     """GSPO: PPO clip on the sequence ratio s_i = exp(mean_t(logp - old_logp)), per sequence.
 
-    The clip range is tiny (3e-4 / 4e-4) because s_i is a geometric mean of token ratios.
-    Sequences without masked tokens contribute nothing. The KL term, if any, is a per-sequence
-    token mean, as in ``grpo``.
+    The clip range ``[1 - clip_low, 1 + clip_high]`` is tiny by default (3e-4 / 4e-4) because
+    s_i is a geometric mean of token ratios. Each sequence's clipped term is given to each of
+    its tokens, so the default ``seq-mean-token-mean`` aggregation is the mean over sequences;
+    sequences without masked tokens contribute nothing. The KL term, if any, is per token.
     """
-    b = _prepare(logp, old_logp, advantages, mask, ref_logp, seq_denominator, token_denominator)
+    b = _prepare(logp, old_logp, advantages, mask, ref_logp, seq_denominator, token_denominator,
+                 token_weights)
     lengths = b.mask.sum(-1)
     has_tokens = (lengths > 0).to(b.mask.dtype)
     mean_log_ratio = (b.logp - b.old_logp).sum(-1) / lengths.clamp(min=1.0)
     seq_ratio = torch.exp(mean_log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
     adv = b.advantages.squeeze(-1)
     unclipped = -adv * seq_ratio
-    clipped = -adv * seq_ratio.clamp(1.0 - cfg.gspo_clip_low, 1.0 + cfg.gspo_clip_high)
-    seq_loss = torch.maximum(unclipped, clipped) * has_tokens
-    if b.ref_logp is not None and cfg.kl_beta != 0:
-        kl = (k3_kl(b.logp, b.ref_logp) * b.mask).sum(-1) / lengths.clamp(min=1.0)
-        seq_loss = seq_loss + cfg.kl_beta * kl
-    loss = seq_loss.sum() / b.seq_denominator
+    clipped = -adv * seq_ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
+    seq_loss = torch.maximum(unclipped, clipped)
+    token_loss = seq_loss.unsqueeze(-1).expand_as(b.mask)
+    loss = _aggregate(_policy_and_kl(token_loss, b, cfg), b, cfg, "seq-mean-token-mean")
     clip_active = (clipped > unclipped).unsqueeze(-1).expand_as(b.mask)
     return LossOutput(
         loss, _metrics(b, seq_ratio.unsqueeze(-1), clip_active, has_tokens.unsqueeze(-1))

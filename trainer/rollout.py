@@ -1,8 +1,9 @@
-"""Collecting grouped episodes: P tasks x G rollouts through a policy.
+"""Playing grouped episodes: P tasks x G rollouts through a policy or rollout engine.
 
 Multi-turn episodes run turn by turn until every member has finished or
 ``max_turns`` is reached; members finish at different turns and keep their
-token-exact trajectories (``agents.Episode``).
+token-exact trajectories (``agents.Episode``). :func:`play_episodes` is the one
+such loop: training, evaluation and tests all use it.
 """
 
 from __future__ import annotations
@@ -15,10 +16,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agents.episode import Episode
-from agents.policy import Policy, SamplingParams
+from agents.policy import Action, Policy, SamplingParams
 from corrgrpo_envs.vector import GroupedVectorEnv
 
-__all__ = ["RolloutBatch", "collect_groups", "overlong_penalty"]
+__all__ = [
+    "RolloutBatch",
+    "collect_groups",
+    "informative_groups",
+    "longest_turn",
+    "overlong_penalty",
+    "play_episodes",
+]
 
 
 @dataclass
@@ -76,7 +84,9 @@ class RolloutBatch:
 def overlong_penalty(lengths: np.ndarray, max_length: int, buffer: int) -> np.ndarray:
     """DAPO's overlong shaping: 0 up to ``max_length - buffer``, linear to -1 at ``max_length``.
 
-    ``lengths``: ``[n]`` completion lengths in tokens; returns float32 ``[n]``.
+    ``lengths``: ``[n]`` lengths in tokens, measured against the same budget as ``max_length``
+    (the trainer passes each episode's longest turn and the per-turn ``max_new_tokens``);
+    returns float32 ``[n]``.
     """
     start = max_length - buffer
     over = (start - lengths.astype(np.float64)) / max(buffer, 1)
@@ -84,23 +94,44 @@ def overlong_penalty(lengths: np.ndarray, max_length: int, buffer: int) -> np.nd
     return out.astype(np.float32)
 
 
-def collect_groups(
+def longest_turn(episode: Episode) -> int:
+    """Tokens of the episode's longest generated turn (each turn has the same budget)."""
+    return max((len(a.completion_ids) for a in episode.turns), default=0)
+
+
+def informative_groups(batch: RolloutBatch) -> RolloutBatch:
+    """Groups whose RAW reward vectors are not all equal (DAPO's dynamic sampling)."""
+    keep = []
+    for g in np.unique(batch.group_ids):
+        r = batch.rewards[batch.group_ids == g]
+        if not np.all(np.isclose(r, r[:1], equal_nan=True)):
+            keep.append(g)
+    return batch.select_groups(np.asarray(keep, dtype=np.int64))
+
+
+Generate = Callable[[Sequence[dict], SamplingParams, Sequence[Episode]], Sequence[Action]]
+
+
+def play_episodes(
     venv: GroupedVectorEnv,
-    policy: Policy,
+    generate: Generate,
     task_ids: Sequence[str],
-    first_group_id: int,
     sampling: SamplingParams,
     max_turns: int,
+    *,
+    first_group_id: int = 0,
     groups_per_generate: int | None = None,
     seed_for: Callable[[int], int] | None = None,
 ) -> RolloutBatch:
-    """Run ``len(task_ids)`` groups of ``venv.group_size`` rollouts to the end.
+    """Play ``len(task_ids)`` groups of ``venv.group_size`` episodes to the end, turn by turn.
 
-    ``venv`` must have ``num_groups == len(task_ids)``. Generation runs in chunks
-    of ``groups_per_generate`` groups, each sampled with the seed
-    ``seed_for(first global group id of the chunk)`` so that sampling does
-    not depend on how groups are spread over processes (the seed goes to the policy
-    through ``SamplingParams.seed``).
+    The one multi-turn loop of the project (training, evaluation and tests use it).
+    ``venv`` must have ``num_groups == len(task_ids)``; ``generate(observations, sampling,
+    episodes)`` is a policy's ``act`` or a rollout engine's ``generate``. Members finish at
+    different turns and keep their token-exact trajectories. Generation runs in chunks of
+    ``groups_per_generate`` groups, each sampled with the seed ``seed_for(first global group
+    id of the chunk)`` so that sampling does not depend on how groups are spread over
+    processes (the seed goes to the policy through ``SamplingParams.seed``).
     """
     G = venv.group_size
     n = len(task_ids) * G
@@ -124,9 +155,8 @@ def collect_groups(
             chunk_sampling = sampling
             if seed_for is not None:
                 # every backend seeds from SamplingParams.seed (HF: the torch RNG; vLLM: per request)
-                seed = seed_for(first_group_id + start // G)
-                chunk_sampling = dataclasses.replace(sampling, seed=seed)
-            acts = policy.act([obs[i] for i in idx], chunk_sampling, [episodes[i] for i in idx])
+                chunk_sampling = dataclasses.replace(sampling, seed=seed_for(first_group_id + start // G))
+            acts = generate([obs[i] for i in idx], chunk_sampling, [episodes[i] for i in idx])
             for i, a in zip(idx, acts):
                 actions[i] = a.text
                 texts[i] = a.text
@@ -147,4 +177,21 @@ def collect_groups(
         generate_seconds=gen_s,
         reward_seconds=rew_s,
         turns=turns,
+    )
+
+
+def collect_groups(
+    venv: GroupedVectorEnv,
+    policy: Policy,
+    task_ids: Sequence[str],
+    first_group_id: int,
+    sampling: SamplingParams,
+    max_turns: int,
+    groups_per_generate: int | None = None,
+    seed_for: Callable[[int], int] | None = None,
+) -> RolloutBatch:
+    """:func:`play_episodes` with a policy (its ``act`` generates the turns)."""
+    return play_episodes(
+        venv, policy.act, task_ids, sampling, max_turns, first_group_id=first_group_id,
+        groups_per_generate=groups_per_generate, seed_for=seed_for,
     )

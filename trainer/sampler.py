@@ -11,7 +11,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["TaskSampler"]
+__all__ = ["TaskSampler", "mix_seed"]
+
+
+def mix_seed(*parts: int) -> int:
+    """A 63-bit seed from integers (stable across processes and runs)."""
+    return int(np.random.default_rng(list(parts)).integers(0, 2**63 - 1))
 
 
 class TaskSampler:

@@ -1,0 +1,136 @@
+"""Rollout engines: what generates the rollouts' turns, one class per backend.
+
+An engine wraps a policy (``agents``) built from the training model and keeps it in
+step with the training weights. The loop only calls :meth:`RolloutEngine.generate`
+and :meth:`RolloutEngine.sync_weights`, so a new backend (a remote server, say) is a
+new subclass plus :func:`register_engine`; ``rollout.backend`` then names it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agents.policy import Action, SamplingParams
+
+__all__ = [
+    "HFEngine",
+    "RolloutEngine",
+    "VLLMEngine",
+    "available_engines",
+    "make_engine",
+    "register_engine",
+]
+
+
+class RolloutEngine(ABC):
+    """Generates assistant turns and follows the training weights.
+
+    Args:
+        model: the (unwrapped) training model.
+        tokenizer: its tokenizer.
+        cfg: the run's :class:`~trainer.config.Config` (``rollout`` and ``model`` sections).
+    """
+
+    #: True when the engine samples with the training model itself, so the trainer's first
+    #: forward pass of an update gives the sampling-time log-probabilities (no extra pass).
+    samples_from_training_model: bool = False
+
+    def __init__(self, model: Any, tokenizer: Any, cfg: Any):
+        self.tokenizer = tokenizer
+
+    @property
+    @abstractmethod
+    def policy(self) -> Any:
+        """The ``agents`` policy that generates (its ``act`` is :meth:`generate`)."""
+
+    def generate(
+        self,
+        observations: Sequence[dict],
+        sampling: SamplingParams,
+        episodes: Sequence[Any] | None = None,
+    ) -> list[Action]:
+        """One turn for each observation (episodes are extended token-exactly)."""
+        return self.policy.act(observations, sampling, episodes)
+
+    @abstractmethod
+    def sync_weights(self, model: Any) -> None:
+        """Make the next :meth:`generate` sample from ``model``'s current weights."""
+
+    def close(self) -> None:
+        """Release the engine's resources."""
+        self.policy.close()
+
+
+_ENGINES: dict[str, Callable[..., RolloutEngine]] = {}
+
+
+def register_engine(name: str) -> Callable[[type[RolloutEngine]], type[RolloutEngine]]:
+    """Class decorator registering a rollout engine under ``name`` (``rollout.backend``)."""
+
+    def decorator(cls: type[RolloutEngine]) -> type[RolloutEngine]:
+        if name in _ENGINES:
+            raise ValueError(f"a rollout engine named {name!r} is already registered")
+        _ENGINES[name] = cls
+        return cls
+
+    return decorator
+
+
+def available_engines() -> list[str]:
+    """Names of the registered rollout engines, sorted."""
+    return sorted(_ENGINES)
+
+
+def make_engine(name: str, model: Any, tokenizer: Any, cfg: Any) -> RolloutEngine:
+    """Build the engine registered under ``name``."""
+    if name not in _ENGINES:
+        raise ValueError(f"unknown rollout backend {name!r}; available: {', '.join(available_engines())}")
+    return _ENGINES[name](model, tokenizer, cfg)
+
+
+@register_engine("hf")
+class HFEngine(RolloutEngine):
+    """transformers ``generate`` on the training model itself: nothing to sync."""
+
+    samples_from_training_model = True
+
+    def __init__(self, model: Any, tokenizer: Any, cfg: Any):
+        super().__init__(model, tokenizer, cfg)
+        from agents.hf_policy import HFPolicy
+
+        self._policy = HFPolicy(model, tokenizer, decoder=cfg.rollout.hf_decoder)
+
+    @property
+    def policy(self) -> Any:
+        return self._policy
+
+    def sync_weights(self, model: Any) -> None:
+        """Nothing to do: the policy is the training model."""
+
+
+@register_engine("vllm")
+class VLLMEngine(RolloutEngine):
+    """A colocated in-process vLLM engine serving a copy of the weights, synced every step."""
+
+    def __init__(self, model: Any, tokenizer: Any, cfg: Any):
+        super().__init__(model, tokenizer, cfg)
+        from agents.vllm_policy import VLLMPolicy
+
+        folder = Path(tempfile.mkdtemp(prefix="corrgrpo-vllm-"))
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        kwargs = {"dtype": cfg.model.dtype, **cfg.rollout.vllm_kwargs}
+        self._policy = VLLMPolicy(folder, tokenizer, **kwargs)
+
+    @property
+    def policy(self) -> Any:
+        return self._policy
+
+    def sync_weights(self, model: Any) -> None:
+        from trainer.fsdp import full_state_dict
+
+        self._policy.update_weights(full_state_dict(model))  # full tensors, also under FSDP

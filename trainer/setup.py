@@ -1,0 +1,193 @@
+"""Building a run's parts from its config: environment, rewards, model, optimizer, loss.
+
+Each function reads the config sections it needs and returns one part; the
+trainer calls them in order. The trainer owns the task split, the turn limit
+and the reward weights: :func:`env_kwargs` hands the split (and the turn limit,
+to envs that take one) to the environment, and :func:`reward_setup` reads the
+reward names and default weights from the vector env, not from a separate env.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import math
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from agents.models import load_model
+from agents.policy import SamplingParams
+from corrgrpo_envs.vector import GroupedVectorEnv
+from trainer.config import Config
+from trainer.losses import LossConfig, get_loss, resolve_loss_config
+
+__all__ = [
+    "build_loss",
+    "build_model",
+    "build_optimizer",
+    "build_reference",
+    "build_vector_env",
+    "env_kwargs",
+    "lr_lambda",
+    "reward_setup",
+    "sampling_params",
+]
+
+
+def _env_factory(env_id: str) -> Callable[..., Any] | None:
+    """The class or factory behind a registered id or a ``package.module:attribute`` id."""
+    try:
+        if env_id in gym.registry:
+            entry = gym.spec(env_id).entry_point
+            if isinstance(entry, str):
+                module, _, attr = entry.partition(":")
+                return getattr(importlib.import_module(module), attr)
+            return entry
+        if ":" in env_id:
+            module, _, attr = env_id.partition(":")
+            obj: Any = importlib.import_module(module)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+            return obj
+    except (ImportError, AttributeError):
+        return None  # make() reports it with its own message
+    return None
+
+
+def _takes(factory: Callable[..., Any] | None, name: str) -> bool:
+    if factory is None:
+        return False
+    try:
+        return name in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def env_kwargs(cfg: Config, split: str | None = None) -> dict[str, Any]:
+    """Keyword arguments of every env: the ``env`` section, the trainer's split and turn limit.
+
+    ``split`` defaults to ``train.split``; ``rollout.max_turns`` goes to envs whose
+    constructor has a ``max_turns`` parameter (so the env's own limit is the trainer's).
+    """
+    kwargs = {k: v for k, v in cfg.env.items() if k != "id"}
+    kwargs["split"] = split or cfg.train.split
+    if _takes(_env_factory(cfg.env["id"]), "max_turns"):
+        kwargs["max_turns"] = cfg.rollout.max_turns
+    return kwargs
+
+
+def build_vector_env(
+    cfg: Config, num_groups: int, group_size: int, split: str | None = None
+) -> GroupedVectorEnv:
+    """``num_groups`` x ``group_size`` envs of ``env.id`` on the split (default ``train.split``)."""
+    return GroupedVectorEnv(
+        cfg.env["id"],
+        num_groups=num_groups,
+        group_size=group_size,
+        workers=cfg.rollout.reward_workers,
+        executor=cfg.rollout.reward_executor,
+        **env_kwargs(cfg, split),
+    )
+
+
+def reward_setup(cfg: Config, venv: GroupedVectorEnv) -> tuple[list[str], np.ndarray]:
+    """The reward names and float64 weights the trainer uses (``overlong`` appended if shaped).
+
+    Weights are ``algorithm.reward_weights`` or, by default, the env's.
+    """
+    a = cfg.algorithm
+    names = list(venv.reward_names)
+    weights = a.reward_weights if a.reward_weights is not None else venv.reward_weights
+    if len(weights) != len(names):
+        raise ValueError(
+            f"algorithm.reward_weights has {len(weights)} entries for {len(names)} rewards {names}"
+        )
+    weights = np.asarray(weights, dtype=np.float64)
+    if a.overlong_buffer is not None:
+        names.append("overlong")
+        weights = np.append(weights, a.overlong_weight)
+    return names, weights
+
+
+def build_model(cfg: Config) -> tuple[torch.nn.Module, Any]:
+    """The policy model and its tokenizer, ready for the optimizer."""
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, cfg.model.dtype)}
+    if cfg.model.tokenizer_file:
+        kwargs["tokenizer_file"] = cfg.model.tokenizer_file
+    model, tokenizer = load_model(cfg.model.name_or_path, **kwargs)
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    # model adapters (e.g. LoRA) wrap the model here, before the optimizer sees its parameters
+    return model, tokenizer
+
+
+def build_reference(model: torch.nn.Module, cfg: Config, device: torch.device) -> torch.nn.Module | None:
+    """A frozen copy of the initial model for the KL term, or None without one."""
+    if cfg.algorithm.kl_beta <= 0:
+        return None
+    return copy.deepcopy(model).eval().requires_grad_(False).to(device)
+
+
+def lr_lambda(schedule: str, warmup: int, total: int) -> Callable[[int], float]:
+    """The learning-rate factor of each step: linear warmup, then constant/linear/cosine."""
+
+    def fn(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        progress = (step - warmup) / max(1, total - warmup)
+        if schedule == "linear":
+            return max(0.0, 1.0 - progress)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return fn
+
+
+def build_optimizer(model: torch.nn.Module, cfg: Config) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW over the trainable parameters and its learning-rate schedule."""
+    o = cfg.optim
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=o.lr,
+        betas=(o.betas[0], o.betas[1]),
+        eps=o.adam_eps,
+        weight_decay=o.weight_decay,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(o.schedule, o.warmup_steps, cfg.train.steps)
+    )
+    return optimizer, scheduler
+
+
+def build_loss(cfg: Config) -> tuple[Callable[..., Any], LossConfig]:
+    """The loss function and its config: its defaults, ``loss_options``, the KL weight,
+    ``loss_agg_mode``, and Dr. GRPO's normaliser (``max_new_tokens * max_turns`` unless given).
+    """
+    a, r = cfg.algorithm, cfg.rollout
+    fixed: dict[str, Any] = {"kl_beta": a.kl_beta}
+    if "max_completion_length" not in a.loss_options:
+        fixed["max_completion_length"] = r.max_new_tokens * r.max_turns
+    loss_cfg = resolve_loss_config(a.loss, a.loss_options, agg_mode=a.loss_agg_mode, **fixed)
+    fn = get_loss(a.loss)
+    if a.tis_cap is not None and not _takes(fn, "token_weights"):
+        raise ValueError(
+            f"algorithm.tis_cap needs a loss that takes token_weights; {a.loss!r} does not"
+        )
+    return fn, loss_cfg
+
+
+def sampling_params(cfg: Config, greedy: bool = False) -> SamplingParams:
+    """How each turn is sampled (``greedy``: temperature 0, no nucleus)."""
+    r = cfg.rollout
+    return SamplingParams(
+        temperature=0.0 if greedy else r.temperature,
+        top_p=1.0 if greedy else r.top_p,
+        max_new_tokens=r.max_new_tokens,
+        stop=tuple(r.stop),
+    )

@@ -1,0 +1,199 @@
+"""One policy update: epochs x mini-batches x micro-batches over a step's rollouts.
+
+The loss of every micro-batch is normalised by whole-mini-batch denominators
+(sequences and tokens summed over processes), so gradient accumulation and data
+parallelism reproduce the single-process gradient. Diagnostics are accumulated as
+exact means and maxima (:mod:`trainer.loss_metrics`) over the whole step and
+reduced over processes, so a logged value does not depend on how the batch was
+split. Besides the loss's own metrics it logs the entropy and the mismatch between
+the sampler's log-probabilities and the trainer's (``mismatch/abs_mean|max``), and
+can weight each token by a truncated importance ratio against the sampler
+(``tis_cap``).
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+
+from trainer.config import OptimConfig
+from trainer.loss_metrics import Max, Mean, MetricAccumulator
+from trainer.losses import LossConfig
+from trainer.policy_forward import PackedBatch, token_logprobs
+from trainer.sampler import mix_seed
+
+__all__ = ["PolicyUpdater"]
+
+
+def _chunks(idx: torch.Tensor, size: int) -> list[torch.Tensor]:
+    return [idx[i : i + size] for i in range(0, len(idx), size)] or [idx]
+
+
+class PolicyUpdater:
+    """Updates ``model`` with ``loss_fn`` on packed rollouts and their advantages.
+
+    Args:
+        model, optimizer, scheduler: as prepared by Accelerate.
+        accelerator: the run's ``Accelerator``.
+        loss_fn, loss_cfg: the policy loss and its hyper-parameters.
+        optim: the ``optim`` config section (epochs, mini- and micro-batch sizes, clipping).
+        ref_model: frozen reference for the KL term, or None.
+        tis_cap: truncated importance sampling cap, or None.
+        fresh_logprobs: the rollouts were sampled by ``model`` itself with the current
+            weights, so the first forward pass gives the old log-probabilities.
+        seed: seed of the shuffling of later epochs.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+        accelerator: Any,
+        loss_fn: Any,
+        loss_cfg: LossConfig,
+        optim: OptimConfig,
+        *,
+        ref_model: torch.nn.Module | None = None,
+        tis_cap: float | None = None,
+        fresh_logprobs: bool = True,
+        seed: int = 0,
+    ):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.accelerator = accelerator
+        self.loss_fn, self.loss_cfg, self.optim = loss_fn, loss_cfg, optim
+        self.ref_model, self.tis_cap = ref_model, tis_cap
+        self.fresh_logprobs, self.seed = fresh_logprobs, seed
+
+    # ------------------------------------------------------------------ helpers
+    def _global(self, value: float | torch.Tensor) -> float:
+        """Sum over processes."""
+        t = torch.as_tensor(value, dtype=torch.float64, device=self.accelerator.device)
+        return float(self.accelerator.reduce(t, "sum").item())
+
+    def _logprobs(self, model: torch.nn.Module, packed: PackedBatch, micro: int) -> torch.Tensor:
+        """``[B, L-1]`` log-probabilities of ``packed`` under ``model``, without gradients."""
+        width = packed.loss_mask.shape[1]
+        parts = []
+        with torch.no_grad():
+            for c in _chunks(torch.arange(len(packed)), micro):
+                lp, _ = token_logprobs(model, packed.index(c))
+                parts.append(torch.nn.functional.pad(lp, (0, width - lp.shape[1])))
+        return torch.cat(parts)
+
+    def _sampler_terms(
+        self, old: torch.Tensor, sub: PackedBatch, metrics: MetricAccumulator, first_epoch: bool
+    ) -> torch.Tensor | None:
+        """Log the sampler/trainer mismatch (first epoch); return the TIS weights, if on."""
+        mask = sub.loss_mask
+        delta = old - sub.sampler_logprobs
+        if first_epoch:
+            gap = (delta.abs() * mask).detach()
+            metrics.add({
+                "mismatch/abs_mean": Mean(float(gap.sum()), float(mask.sum())),
+                "mismatch/max": Max(float(gap.max()) if gap.numel() else -math.inf),
+            })
+        if self.tis_cap is None:
+            return None
+        ratio = torch.exp(delta.clamp(max=math.log(self.tis_cap) + 1.0)) * mask
+        if first_epoch:
+            metrics.add({
+                "tis/capped_fraction": Mean(float(((ratio > self.tis_cap) * mask).sum()),
+                                            float(mask.sum())),
+                "tis/weight_mean": Mean(float(ratio.clamp(max=self.tis_cap).sum()), float(mask.sum())),
+            })
+        return ratio.clamp(max=self.tis_cap)
+
+    # ------------------------------------------------------------------- update
+    def update(
+        self, packed: PackedBatch, advantages: torch.Tensor, *, any_signal: bool, step: int
+    ) -> dict[str, float]:
+        """Run the update on this process's rows; returns the step's reduced metrics.
+
+        ``advantages``: ``[B]`` of this process's rows; ``any_signal``: some advantage of the
+        WHOLE batch (all processes) is non-zero (without it and without a KL term the
+        gradient is exactly 0 and the passes are skipped).
+        """
+        acc, o = self.accelerator, self.optim
+        device = acc.device
+        adv = advantages.to(device=device, dtype=torch.float32)
+        n = len(packed)
+        total = int(self._global(n))
+        num_mini = max(1, math.ceil(total / (o.mini_batch_size or total)))
+        mini_local = math.ceil(n / num_mini)
+        micro = o.micro_batch_size or mini_local
+        self.model.train()
+        metrics = MetricAccumulator()
+        if self.ref_model is None and not any_signal:
+            return self._zero_gradient_step(o.epochs * num_mini, packed, micro, metrics)
+
+        need_old = o.epochs > 1 or num_mini > 1 or not self.fresh_logprobs
+        old_logp = self._logprobs(self.model, packed, micro) if need_old else None
+        ref_logp = self._logprobs(self.ref_model, packed, micro) if self.ref_model is not None else None
+        order_gen = torch.Generator().manual_seed(mix_seed(self.seed, step, 77))
+        for epoch in range(o.epochs):
+            order = torch.arange(n) if epoch == 0 else torch.randperm(n, generator=order_gen)
+            for mb in _chunks(order, mini_local):
+                # DDP averages gradients over processes: scale denominators by 1/world
+                world = acc.num_processes
+                seq_den = self._global(len(mb)) / world
+                tok_den = max(self._global(packed.loss_mask[mb.to(device)].sum()), 1.0) / world
+                micro_chunks = _chunks(mb, micro)
+                for j, c in enumerate(micro_chunks):
+                    sub = packed.index(c)
+                    rows = c.to(device)
+                    width = sub.loss_mask.shape[1]
+                    last = j == len(micro_chunks) - 1
+                    with nullcontext() if last else acc.no_sync(self.model):
+                        logp, ent = token_logprobs(self.model, sub, with_entropy=(epoch == 0))
+                        old = old_logp[rows][:, :width] if old_logp is not None else logp.detach()
+                        ref = ref_logp[rows][:, :width] if ref_logp is not None else None
+                        weights = self._sampler_terms(old, sub, metrics, epoch == 0)
+                        extra = {"token_weights": weights} if weights is not None else {}
+                        out = self.loss_fn(
+                            logp, old, adv[rows], sub.loss_mask, self.loss_cfg, ref_logp=ref,
+                            seq_denominator=seq_den, token_denominator=tok_den, **extra,
+                        )
+                        acc.backward(out.loss)
+                    metrics.add(out.metrics, prefix="loss/")
+                    if ent is not None:
+                        metrics.add({"entropy": Mean(float((ent * sub.loss_mask).sum()),
+                                                     float(sub.loss_mask.sum()))})
+                grad_norm = 0.0
+                if o.max_grad_norm > 0:
+                    grad_norm = float(acc.clip_grad_norm_(self.model.parameters(), o.max_grad_norm))
+                # the same on every process (gradients are all-reduced): weight 1 / world each
+                metrics.add({"grad_norm": Mean(grad_norm / world, 1.0 / world)})
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        result = metrics.reduce(acc)
+        result["lr"] = float(self.scheduler.get_last_lr()[0])
+        return result
+
+    def _zero_gradient_step(
+        self, optimizer_steps: int, packed: PackedBatch, micro: int, metrics: MetricAccumulator
+    ) -> dict[str, float]:
+        """Every advantage is 0 and there is no KL term: the loss gradient is exactly 0.
+
+        Skip the forward and backward passes (the bulk of a step) but step the
+        optimizer on zero gradients, so momentum, weight decay and the schedule
+        advance exactly as they would have. When the sampler is not the training
+        model, one no-grad pass still measures the sampler/trainer mismatch.
+        """
+        if not self.fresh_logprobs:
+            old = self._logprobs(self.model, packed, micro)
+            self._sampler_terms(old, packed, metrics, first_epoch=True)
+        for p in self.model.parameters():
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+        for _ in range(optimizer_steps):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        result = metrics.reduce(self.accelerator)
+        result.update(grad_norm=0.0, lr=float(self.scheduler.get_last_lr()[0]), skipped_update=1.0)
+        return result
