@@ -5,6 +5,11 @@ Layout of ``checkpoint-<step>/``::
     model/            save_pretrained + tokenizer: loadable by plain transformers
     trainer_state.pt  optimizer, scheduler, step, config
     rng_<rank>.pt     python, numpy and torch RNG states of each process
+    sharded/          FSDP runs only: each process's shards of the model and optimizer
+                      (torch.distributed.checkpoint); trainer_state.pt then holds no optimizer
+
+Under FSDP every process calls :func:`save_checkpoint` and :func:`load_checkpoint`
+(they gather the full weights for ``model/`` and write or read the shards).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from trainer.fsdp import full_state_dict, is_sharded, load_sharded_state, save_sharded_state
 
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint"]
 
@@ -52,18 +59,23 @@ def save_checkpoint(
     """Save the state after ``step`` steps; each process writes its own RNG state."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
+    sharded = is_sharded(model)
+    # FSDP: the full weights are gathered (a collective) to rank 0 for the plain model folder
+    weights = full_state_dict(model, rank0_only=True) if sharded else None
     if is_main:
-        model.save_pretrained(path / "model", safe_serialization=True)
+        model.save_pretrained(path / "model", safe_serialization=True, state_dict=weights)
         tokenizer.save_pretrained(path / "model")
         torch.save(
             {
                 "step": step,
-                "optimizer": optimizer.state_dict(),
+                "optimizer": None if sharded else optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
                 "config": config,
             },
             path / "trainer_state.pt",
         )
+    if sharded:
+        save_sharded_state(path, model, optimizer)
     torch.save(_rng_state(), path / f"rng_{rank}.pt")
     return path
 
@@ -81,6 +93,9 @@ def load_checkpoint(
     path = Path(path)
     if not (path / "trainer_state.pt").exists():
         raise FileNotFoundError(f"{path} is not a checkpoint folder (no trainer_state.pt)")
+    if is_sharded(model):
+        load_sharded_state(path, model, optimizer)
+        return _load_rest(path, scheduler, rank)
     weights: dict[str, torch.Tensor] = {}
     for f in sorted((path / "model").glob("*.safetensors")):
         weights.update(load_file(str(f)))
@@ -90,7 +105,19 @@ def load_checkpoint(
     if missing or unexpected:
         raise RuntimeError(f"checkpoint {path} does not match the model: {missing or unexpected}")
     state = torch.load(path / "trainer_state.pt", map_location="cpu", weights_only=False)
+    if state["optimizer"] is None:
+        raise RuntimeError(
+            f"checkpoint {path} was saved by an FSDP run (its optimizer state is in {path / 'sharded'}): "
+            "resume it under the same FSDP launch"
+        )
     optimizer.load_state_dict(state["optimizer"])
+    return _load_rest(path, scheduler, rank, state)
+
+
+def _load_rest(path: Path, scheduler: Any, rank: int, state: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Restore the scheduler and this process's RNG states; returns the trainer state."""
+    if state is None:
+        state = torch.load(path / "trainer_state.pt", map_location="cpu", weights_only=False)
     scheduler.load_state_dict(state["scheduler"])
     rng = path / f"rng_{rank}.pt"
     if rng.exists():

@@ -1,0 +1,86 @@
+"""Torch thread counts chosen against the other work that shares the cores.
+
+OpenMP threads that find their cores taken spin and wait for each other: on 2 cores
+with one other busy process, a 2-thread ``compute_advantages`` call on 8192 x 7
+rewards takes tens of times longer than a 1-thread call (``bench/threads.py``).
+So a trainer process takes the cores it can count on, not all of them:
+
+    threads = cores available to this process // trainer processes on this node
+              - reward worker processes,   at least 1
+
+Reward workers in threads of the same process compute while torch does not (a step
+generates, then scores), so only process workers count. Worker processes get one
+OpenMP/MKL thread each through their environment (``worker_env``): numpy or torch in
+a worker otherwise starts one thread per core.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["available_cores", "auto_torch_threads", "configure_threads", "worker_env", "THREAD_ENV_VARS"]
+
+#: Environment variables that size the thread pools of OpenMP, MKL and OpenBLAS.
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def auto_torch_threads(
+    reward_workers: int = 0,
+    reward_executor: str = "thread",
+    *,
+    cores: int | None = None,
+    local_processes: int | None = None,
+) -> int:
+    """Torch threads for one trainer process: its share of the cores minus busy worker processes.
+
+    Args:
+        reward_workers: reward workers of this process.
+        reward_executor: ``"thread"`` (they do not compete with torch) or ``"process"``.
+        cores: cores to share (default: this process's affinity).
+        local_processes: trainer processes on this node (default: ``LOCAL_WORLD_SIZE`` or 1).
+    """
+    cores = available_cores() if cores is None else cores
+    if local_processes is None:
+        local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    share = cores // max(1, local_processes)
+    busy = reward_workers if reward_executor == "process" and reward_workers > 1 else 0
+    return max(1, share - busy)
+
+
+def worker_env(threads: int = 1) -> dict[str, str]:
+    """Thread-count variables for worker processes (OpenMP, MKL, OpenBLAS)."""
+    return {var: str(threads) for var in THREAD_ENV_VARS}
+
+
+def configure_threads(
+    requested: int | None,
+    reward_workers: int = 0,
+    reward_executor: str = "thread",
+) -> int:
+    """Set torch's intra-op threads (``requested``, or :func:`auto_torch_threads` when None).
+
+    Also exports one thread per OpenMP/MKL pool for worker processes started later
+    (unless the variables are already set), so reward workers do not oversubscribe the
+    cores. Returns the thread count set.
+
+    Raises:
+        ValueError: ``requested`` is below 1.
+    """
+    import torch
+
+    if requested is not None and requested < 1:
+        raise ValueError(f"rollout.torch_threads: must be >= 1, got {requested}")
+    threads = requested if requested is not None else auto_torch_threads(reward_workers, reward_executor)
+    torch.set_num_threads(threads)
+    if reward_executor == "process" and reward_workers > 1:
+        for var, value in worker_env(1).items():
+            os.environ.setdefault(var, value)
+    return threads
