@@ -112,7 +112,8 @@ def load_json(text: str, max_depth: int = MAX_JSON_DEPTH) -> tuple[Any, str | No
         return None, "is nested too deeply"
     except ValueError as exc:  # JSONDecodeError, or an integer over the conversion limit
         return None, f"is not valid JSON: {str(exc)[:120]}"
-    if json_depth_exceeds(value, max_depth):
+    # Fewer brackets than the limit cannot nest past it: skip the walk for ordinary calls.
+    if text.count("[") + text.count("{") > max_depth and json_depth_exceeds(value, max_depth):
         return None, f"is nested deeper than {max_depth} levels"
     return value, None
 
@@ -166,19 +167,26 @@ def _call_from_json(text: str) -> ToolCall | str:
     return ToolCall(name=name, arguments=args)
 
 
-def parse_hermes(text: Any) -> ParsedMessage:
-    """Parse Hermes-format tool calls out of ``text``; never raises, linear time."""
+def parse_hermes(text: Any, max_calls: int | None = None) -> ParsedMessage:
+    """Parse Hermes-format tool calls out of ``text``; never raises, linear time.
+
+    With ``max_calls``, only the first ``max_calls`` blocks are read; more blocks add
+    one error saying how many there were (so a flood of calls costs neither JSON
+    decoding nor tool executions downstream).
+    """
     if not isinstance(text, str):
         return ParsedMessage("", [], [f"message must be a str, got {type(text).__name__}"])
     calls: list[ToolCall] = []
     errors: list[str] = []
     blocks, rest = tag_blocks(text, OPEN_TAG, CLOSE_TAG)
-    for block in blocks:
+    for block in blocks if max_calls is None else blocks[:max_calls]:
         result = _call_from_json(block.strip())
         if isinstance(result, str):
             errors.append(result)
         else:
             calls.append(result)
+    if max_calls is not None and len(blocks) > max_calls:
+        errors.append(f"{len(blocks)} tool calls in one message, more than the {max_calls} allowed")
     if OPEN_TAG in rest or CLOSE_TAG in rest:
         errors.append("unbalanced <tool_call> tags")
     return ParsedMessage(content=rest.strip(), tool_calls=calls, errors=errors)

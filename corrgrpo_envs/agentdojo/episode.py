@@ -17,8 +17,11 @@ from typing import Any
 
 from corrgrpo_envs.agentdojo.cases import Case
 from corrgrpo_envs.agentdojo.clock import EpisodeClock, use_clock
+from corrgrpo_envs.toolcalls import ParsedMessage, parse_hermes
 
 __all__ = [
+    "MAX_CALLS_PER_MESSAGE",
+    "parse_action",
     "ToolResult",
     "Scores",
     "AgentDojoEpisode",
@@ -34,6 +37,20 @@ _ENVIRONMENTS: OrderedDict[tuple, Any] = OrderedDict()
 _MAX_ENVIRONMENTS = 64
 _SCHEMAS: dict[tuple[str, str], list[dict[str, Any]]] = {}
 _DEFAULTS: dict[tuple[int, str], dict[str, str]] = {}
+
+#: Tool calls read from one assistant message. The longest ground truth of a v1.2.2 user
+#: task has 18 calls, so a replay packing them all into one message fits; a message with
+#: more is malformed, so that a flood of calls cannot make one step run thousands of tools.
+MAX_CALLS_PER_MESSAGE = 32
+
+
+def parse_action(text: str) -> ParsedMessage:
+    """The Hermes tool calls of an assistant message (at most :data:`MAX_CALLS_PER_MESSAGE`).
+
+    Linear time and never raises (:func:`corrgrpo_envs.toolcalls.parse_hermes`); more
+    calls than the limit, unreadable calls and unbalanced tags are ``errors``.
+    """
+    return parse_hermes(text, max_calls=MAX_CALLS_PER_MESSAGE)
 
 
 def parse_environment(suite: Any, injections: dict[str, str]) -> Any:

@@ -248,6 +248,24 @@ def function_name_reward(
     return n - 0.5
 
 
+def _parameter_from_matches(
+    expected: Sequence[Call], predicted: Sequence[Call], matches: Sequence[CallMatch], rules: str
+) -> float:
+    share = sum(m.key_score for m in matches) / len(expected)
+    if rules == "strict":
+        share *= _match_precision(matches, predicted)
+    return 2.0 * share - 1.0
+
+
+def _values_from_matches(
+    predicted: Sequence[Call], matches: Sequence[CallMatch], v_max: int, rules: str
+) -> float:
+    share = 1.0 if v_max == 0 else sum(m.equal_values for m in matches) / v_max
+    if rules == "strict":
+        share *= _match_precision(matches, predicted)
+    return 3.0 * share - 1.5
+
+
 def parameter_reward(
     expected: Sequence[Call], predicted: Sequence[Call] | None, rules: str = "paper"
 ) -> float:
@@ -260,10 +278,7 @@ def parameter_reward(
     if calls_exactly_match(expected, predicted):
         return 1.0
     matches, _ = match_calls(expected, predicted)
-    share = sum(m.key_score for m in matches) / len(expected)
-    if rules == "strict":
-        share *= _match_precision(matches, predicted)
-    return 2.0 * share - 1.0
+    return _parameter_from_matches(expected, predicted, matches, rules)
 
 
 def values_reward(
@@ -279,10 +294,25 @@ def values_reward(
     if calls_exactly_match(expected, predicted):
         return 1.5
     matches, v_max = match_calls(expected, predicted)
-    share = 1.0 if v_max == 0 else sum(m.equal_values for m in matches) / v_max
-    if rules == "strict":
-        share *= _match_precision(matches, predicted)
-    return 3.0 * share - 1.5
+    return _values_from_matches(predicted, matches, v_max, rules)
+
+
+def _correctness_rewards(
+    expected: Sequence[Call], predicted: Sequence[Call] | None, rules: str
+) -> tuple[float, float, float]:
+    """The three correctness rewards with one matching (what the three functions give one by one)."""
+    if not expected or predicted is None or calls_exactly_match(expected, predicted):
+        return (
+            function_name_reward(expected, predicted, rules),
+            parameter_reward(expected, predicted, rules),
+            values_reward(expected, predicted, rules),
+        )
+    matches, v_max = match_calls(expected, predicted)
+    return (
+        function_name_reward(expected, predicted, rules),
+        _parameter_from_matches(expected, predicted, matches, rules),
+        _values_from_matches(predicted, matches, v_max, rules),
+    )
 
 
 def format_reward(answer: str, expects_calls: bool, expects_response: bool) -> float:
@@ -314,10 +344,11 @@ def score_answer(
         error = parsed.errors[0] if parsed.errors else "no <tool_call> block"
     elif parsed.think is None and not parsed.num_tool_blocks and parsed.response is None:
         error = "answer has no <think>, <tool_call> or <response> block"
+    name_r, parameter_r, values_r = _correctness_rewards(expected_calls, predicted, rules)
     rewards = {
-        "function_name": function_name_reward(expected_calls, predicted, rules),
-        "parameter": parameter_reward(expected_calls, predicted, rules),
-        "values": values_reward(expected_calls, predicted, rules),
+        "function_name": name_r,
+        "parameter": parameter_r,
+        "values": values_r,
         "format": format_reward(answer, bool(expected_calls), expects_response),
     }
     exact = bool(expected_calls) and all(

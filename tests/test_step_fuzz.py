@@ -1,0 +1,213 @@
+"""Pathological actions through ``env.step`` and ``GroupedVectorEnv.step`` of every registered env.
+
+Every action here is a string of up to 200,000 characters (the default action limit) built
+to hit a known failure of text parsers: floods of opening or closing tags (quadratic for
+lazy regular expressions), blank lines, backticks, JSON nested deep enough to exhaust the
+stack, integers longer than Python's int-string conversion limit, NUL bytes, lone
+surrogates, and floods of well-formed calls. Each step must return a reward inside the
+env's reward space, raise nothing, and take at most 0.1 s of CPU time. The code domain
+runs programs in a sandbox and has fuzz tests of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import corrgrpo_envs
+from corrgrpo_envs.core import MAX_ACTION_CHARS
+from corrgrpo_envs.vector import GroupedVectorEnv
+
+#: Seconds of CPU time one step may take on any of these actions.
+STEP_BUDGET_S = 0.1
+#: Envs fuzzed elsewhere: the code domain runs the action in a sandbox.
+ELSEWHERE = {"corrgrpo/Code-v0"}
+#: Small configurations, so making the envs is quick; other envs use their defaults.
+ENV_KWARGS = {
+    "corrgrpo/ToolCall-v0": {"num_tasks": 30},
+    "corrgrpo/AgentDojo-v0": {"suites": ["banking"], "attacks": ["important_instructions"], "split": "train"},
+}
+ENV_IDS = [i for i in corrgrpo_envs.registered_ids() if i.startswith("corrgrpo/") and i not in ELSEWHERE]
+N = MAX_ACTION_CHARS - 1000  # room for a short prefix and suffix
+
+
+def _fill(unit: str, n: int = N) -> str:
+    return unit * max(1, n // len(unit))
+
+
+def _deep(n: int) -> str:
+    return "[" * n + "]" * n
+
+
+def pathological_actions(name: str) -> list[tuple[str, str]]:
+    """(label, action) pairs; ``name`` is a tool the env knows, so calls reach the scoring code."""
+
+    def rlla(params: str) -> str:
+        return '{"name": "' + name + '", "parameters": ' + params + "}"
+
+    def hermes(args: str) -> str:
+        return '<tool_call>\n{"name": "' + name + '", "arguments": ' + args + "}\n</tool_call>"
+
+    think = "<think> hm </think>\n"
+    big = "9" * 5000
+    huge = "9" * (N // 2)
+    actions = [
+        ("open-tag flood", _fill("<tool_call>")),
+        ("open-tag flood after think", think + _fill("<tool_call>\n")),
+        ("close-tag flood", _fill("</tool_call>")),
+        ("think-tag flood", _fill("<think>")),
+        ("think-close flood", _fill("</think>")),
+        ("response-tag flood", think + "<tool_call>\n" + rlla("{}") + "\n</tool_call>\n" + _fill("<response>")),
+        ("response-close flood", think + _fill("</response>")),
+        ("empty blocks", _fill("<tool_call></tool_call>")),
+        ("blocks then open tags", _fill("<tool_call>\n\n</tool_call>", N // 2) + _fill("<tool_call>", N // 2)),
+        ("almost-closed tags", _fill("<tool_call></tool_cal")),
+        ("less-than flood", _fill("<")),
+        ("rlla call flood", think + "<tool_call>\n" + _fill(rlla('{"a": 1}') + "\n", N - 50) + "</tool_call>"),
+        ("hermes call flood", _fill(hermes("{}") + "\n")),
+        ("blank lines in a block", think + "<tool_call>" + "\n" * N + "</tool_call>"),
+        ("blank lines", "x" + "\n" * N),
+        ("backticks", _fill("`")),
+        ("fenced blocks", _fill('```json\n{"name": "' + name + '"}\n```\n')),
+        ("deep nesting, bare", "[" * N),
+        ("deep nesting, rlla", think + "<tool_call>\n" + rlla(_deep(N // 2 - 50)) + "\n</tool_call>"),
+        ("deep nesting, hermes", hermes('{"a": ' + _deep(N // 2 - 50) + "}")),
+        ("nesting just past the stack", think + "<tool_call>\n" + rlla('{"a": ' + _deep(990) + "}") + "\n</tool_call>"),
+        ("nesting past the depth limit", hermes('{"a": ' + _deep(70) + "}")),
+        ("nested objects", hermes('{"a": ' * (N // 7) + "1" + "}" * (N // 7))),
+        ("5000-digit integer, rlla", think + "<tool_call>\n" + rlla('{"a": ' + big + "}") + "\n</tool_call>"),
+        ("5000-digit integer, hermes", hermes('{"a": ' + big + "}")),
+        ("huge integer", hermes('{"a": -' + huge + "}")),
+        ("integer in string-encoded arguments", hermes(json.dumps(json.dumps({"a": 1}).replace("1", big)))),
+        ("huge float", hermes('{"a": ' + big + '.5e999999}')),
+        ("NaN and Infinity", hermes('{"a": NaN, "b": -Infinity}')),
+        ("NUL bytes", "<tool_call>\n{\"name\": \"a\x00b\"}\n</tool_call>" + "\x00" * 100),
+        ("escaped NUL", hermes('{"a": "\\u0000"}')),
+        ("lone surrogate", think + "\ud800 <tool_call>\n" + rlla("{}") + "\n</tool_call>"),
+        ("escaped lone surrogate", hermes('{"a": "\\ud800\\udfff\\udc00"}')),
+        ("control characters", "\x01\x02\x1b" * 1000 + "text"),
+        ("unicode whitespace", "\u00a0\u2028\u3000\x1c\x85" * 1000 + think + "<tool_call>\n" + rlla("{}") + "\n</tool_call>"),
+        ("one long line", think + "<tool_call>\n" + rlla(json.dumps({"s": "a" * (N - 100)})) + "\n</tool_call>"),
+        ("many keys", hermes(json.dumps({f"k{i}": i for i in range(N // 16)}))),
+        ("exactly the action limit", "a" * MAX_ACTION_CHARS),
+        ("one past the action limit", "a" * (MAX_ACTION_CHARS + 1)),
+    ]
+    for label, action in actions:
+        assert len(action) <= MAX_ACTION_CHARS + 1, (label, len(action))
+    return actions
+
+
+def _make(env_id: str):
+    try:
+        return corrgrpo_envs.make(env_id, **ENV_KWARGS.get(env_id, {}))
+    except ImportError as exc:  # an optional extra (e.g. agentdojo) is not installed
+        pytest.skip(f"{env_id} needs an optional extra that is not installed: {exc}")
+
+
+def _task_and_tool(env) -> tuple[str, str]:
+    """A task whose answer is a tool call (when the domain has any), and one of its tools' names."""
+    u = env.unwrapped
+    for tid in u.task_ids:
+        task = u.tasks.get(tid)
+        calls = task.get("expected_calls") if hasattr(task, "get") else None
+        if calls:
+            return tid, calls[0]["name"]
+    obs, info = env.reset(options={"task_id": u.task_ids[0]})
+    tools = obs.get("tools") or []
+    name = "get_balance"
+    if tools:
+        first = tools[0]
+        name = first.get("function", first).get("name", name)
+    return u.task_ids[0], name
+
+
+@pytest.fixture(scope="module", params=ENV_IDS)
+def env_and_task(request):
+    env = _make(request.param)
+    tid, name = _task_and_tool(env)
+    yield request.param, env, tid, name
+    env.close()
+
+
+def _timed_step(env, tid: str, action: str):
+    """Reset to ``tid`` and step; the least CPU time of up to 3 tries (the machine is shared)."""
+    best = float("inf")
+    for _ in range(3):
+        env.reset(options={"task_id": tid})
+        start = time.process_time()
+        out = env.step(action)
+        best = min(best, time.process_time() - start)
+        if best <= STEP_BUDGET_S:
+            break
+    return out, best
+
+
+def _check_reward(env, reward) -> None:
+    space = env.unwrapped.reward_space
+    assert reward.dtype == np.float32 and reward.shape == space.shape
+    assert np.all(np.isfinite(reward))
+    assert np.all(reward >= space.low) and np.all(reward <= space.high)
+
+
+def test_pathological_actions_step_fast_and_never_raise(env_and_task):
+    env_id, env, tid, name = env_and_task
+    slow = []
+    for label, action in pathological_actions(name):
+        (obs, reward, terminated, truncated, info), seconds = _timed_step(env, tid, action)
+        _check_reward(env, reward)
+        assert isinstance(obs, dict) and isinstance(info, dict), label
+        if seconds > STEP_BUDGET_S:
+            slow.append((label, round(seconds, 3)))
+    assert not slow, f"{env_id}: steps over {STEP_BUDGET_S} s: {slow}"
+
+
+_TAGS = st.sampled_from(
+    ["<tool_call>", "</tool_call>", "<think>", "</think>", "<response>", "</response>", "\n", " ", "`",
+     "{", "}", "[", "]", '"name"', '"parameters"', '"arguments"', ":", ",", "1" * 30, "\x00", "\ud800"]
+)
+_TEXT = st.one_of(
+    st.text(max_size=200),
+    st.lists(st.one_of(_TAGS, st.text(max_size=5)), max_size=60).map("".join),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(action=_TEXT)
+def test_any_string_steps_without_raising(env_and_task, action):
+    env_id, env, tid, _ = env_and_task
+    env.reset(options={"task_id": tid})
+    _, reward, *_ = env.step(action)
+    _check_reward(env, reward)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_pathological_actions_through_the_grouped_vector_env(env_id):
+    if env_id == "corrgrpo/AgentDojo-v0":
+        pytest.importorskip("agentdojo", reason="the agentdojo extra is not installed")
+    probe = _make(env_id)
+    tid, name = _task_and_tool(probe)
+    probe.close()
+    actions = [a for _, a in pathological_actions(name)]
+    group = 8
+    venv = GroupedVectorEnv(env_id, num_groups=1, group_size=group, **ENV_KWARGS.get(env_id, {}))
+    try:
+        for start in range(0, len(actions), group):
+            chunk = actions[start : start + group]
+            venv.reset(task_ids=[tid])
+            batch = chunk + [None] * (group - len(chunk))
+            if None in batch:
+                # members without an action must have finished: give them a plain one first
+                batch = [a if a is not None else "fine" for a in batch]
+            begin = time.process_time()
+            _, rewards, *_ = venv.step(batch)
+            seconds = time.process_time() - begin
+            assert rewards.shape == (group, len(venv.reward_names))
+            assert np.all(np.isfinite(rewards))
+            assert seconds <= STEP_BUDGET_S * group, (env_id, start, seconds)
+    finally:
+        venv.close()
