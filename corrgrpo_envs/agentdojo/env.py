@@ -41,68 +41,31 @@ from corrgrpo_envs.agentdojo.cases import (
     DEFAULT_BENCHMARK_VERSION,
     Case,
     benchmark_suites,
-    case_source,
-    enumerate_cases,
-    known_attacks,
 )
+from corrgrpo_envs.agentdojo.datasets import DATASETS
 from corrgrpo_envs.agentdojo.episode import AgentDojoEpisode, Scores, load_environment, tool_schemas
 from corrgrpo_envs.agentdojo.metrics import agentdojo_metrics
+from corrgrpo_envs.agentdojo.rewards import (
+    CLEAN_SECURITY,
+    DEFAULT_WEIGHTS,
+    REWARD_NAMES,
+    rewards_from_scores,
+)
 from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
-from corrgrpo_envs.tasks import DatasetRegistry, Task, TaskSource
+from corrgrpo_envs.metrics import EpisodeRecord
+from corrgrpo_envs.tasks import Task, TaskSource
 from corrgrpo_envs.toolcalls import render_hermes
 
-__all__ = ["AgentDojoEnv", "DATASETS", "REWARD_NAMES"]
+__all__ = ["AgentDojoEnv", "DATASETS", "REWARD_NAMES", "DEFAULT_MAX_TURNS"]
 
-REWARD_NAMES = ("utility", "security")
-CLEAN_SECURITY = {"zero": 0.0, "one": 1.0}
 ON_MALFORMED = ("end", "error_message")
 #: The final answer of a reference replay when the user task defines no expected output.
 DEFAULT_FINAL_ANSWER = "Done."
-
-DATASETS = DatasetRegistry("agentdojo")
-
-
-@DATASETS.builtin("agentdojo", "AgentDojo's suites: clean cases and user x injection x attack")
-def _builtin_cases(
-    benchmark_version: str = DEFAULT_BENCHMARK_VERSION,
-    suites: Sequence[str] | None = None,
-    attacks: Sequence[str] = DEFAULT_ATTACKS,
-    include_clean: bool = True,
-) -> TaskSource:
-    cases = enumerate_cases(benchmark_version, suites, attacks, include_clean)
-    return case_source(cases, benchmark_version)
-
-
-@DATASETS.file_format(
-    "case_list",
-    detect=lambda p: p.suffix == ".txt",
-    description="a text file of case ids, one per line ('#' starts a comment)",
-)
-def _case_list(
-    path: Path,
-    benchmark_version: str = DEFAULT_BENCHMARK_VERSION,
-    **_selection: Any,
-) -> TaskSource:
-    available = benchmark_suites(benchmark_version)
-    attacks = set(known_attacks())
-    cases = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        text = line.split("#", 1)[0].strip()
-        if not text:
-            continue
-        try:
-            case = Case.from_id(text)
-        except ValueError as exc:
-            raise ValueError(f"{path}:{lineno}: {exc}") from None
-        suite = available.get(case.suite)
-        if suite is None or case.user_task_id not in suite.user_tasks:
-            raise ValueError(f"{path}:{lineno}: no user task {text!r} in AgentDojo {benchmark_version}")
-        if case.attacked and (
-            case.injection_task_id not in suite.injection_tasks or case.attack not in attacks
-        ):
-            raise ValueError(f"{path}:{lineno}: unknown injection task or attack in {text!r}")
-        cases.append(case)
-    return case_source(cases, benchmark_version, name=path.stem)
+#: Assistant messages per episode by default. The longest ground truth of a v1.2.2 user
+#: task has 18 calls (travel/user_task_19): an agent that makes one call per message needs
+#: 19 messages to finish it with its final answer. (The paper's runs allowed 8, see
+#: ``env_configs/agentdojo.yaml``.)
+DEFAULT_MAX_TURNS = 20
 
 
 class AgentDojoEnv(MultiRewardEnv):
@@ -118,7 +81,8 @@ class AgentDojoEnv(MultiRewardEnv):
         attacks: attack names from AgentDojo's registry (default the paper's two);
             empty for clean cases only.
         include_clean: include the clean case of each user task.
-        max_turns: assistant messages per episode before truncation.
+        max_turns: assistant messages per episode before truncation (default 20: enough
+            for the longest ground truth, one call per message, and the final answer).
         clean_security: security reward on clean cases, ``"zero"`` (paper) or ``"one"``.
         on_malformed: ``"end"`` (invalid reward) or ``"error_message"``.
         model_name: the victim's name written into attack texts (see ``attacks``).
@@ -138,13 +102,13 @@ class AgentDojoEnv(MultiRewardEnv):
         suites: Sequence[str] | None = None,
         attacks: Sequence[str] | None = DEFAULT_ATTACKS,
         include_clean: bool = True,
-        max_turns: int = 8,
+        max_turns: int = DEFAULT_MAX_TURNS,
         clean_security: str = "zero",
         on_malformed: str = "end",
         model_name: str = DEFAULT_MODEL_NAME,
         system_message: str | None = None,
         deterministic_clock: bool = True,
-        reward_weights: Sequence[float] | None = (1.0, 1.0),
+        reward_weights: Sequence[float] | None = DEFAULT_WEIGHTS,
         max_action_chars: int = MAX_ACTION_CHARS,
         render_mode: str | None = None,
     ):
@@ -296,11 +260,7 @@ class AgentDojoEnv(MultiRewardEnv):
 
     # --------------------------------------------------------------- scoring
     def _rewards(self, scores: Scores) -> dict[str, float]:
-        if scores.attack_success is None:
-            security = CLEAN_SECURITY[self.clean_security]
-        else:
-            security = 0.0 if scores.attack_success else 1.0
-        return {"utility": 1.0 if scores.utility else 0.0, "security": security}
+        return rewards_from_scores(scores, self.clean_security)
 
     def _end_info(self, scores: Scores, final_answer: str) -> dict[str, Any]:
         assert self._episode is not None
@@ -353,4 +313,7 @@ class AgentDojoEnv(MultiRewardEnv):
         answer = episode.injection_task.GROUND_TRUTH_OUTPUT or DEFAULT_FINAL_ANSWER
         return self._replay_messages(calls, answer)
 
-    metrics = staticmethod(agentdojo_metrics)
+    def metrics(self, records: Sequence[EpisodeRecord]) -> dict[str, float]:
+        """Utility (clean and under attack), attack success rate and joint accuracy, overall
+        and per suite (:func:`corrgrpo_envs.agentdojo.metrics.agentdojo_metrics`)."""
+        return agentdojo_metrics(records)
