@@ -417,3 +417,117 @@ def test_half_precision_log_probs_are_computed_in_float32(name):
     assert out16.loss.dtype == torch.float32 and grad16.dtype == torch.bfloat16
     # only the inputs' rounding to bfloat16 differs
     torch.testing.assert_close(out16.loss.double(), out64.loss, rtol=0.05, atol=0.02)
+
+
+# ----------------------------------------------------------------------------- options
+
+
+def test_gspo_honours_clip_low_and_clip_high():
+    from trainer.losses import resolve_loss_config
+
+    cfg = resolve_loss_config("gspo", {"clip_low": 0.05, "clip_high": 0.1})
+    assert (cfg.clip_low, cfg.clip_high) == (0.05, 0.1)
+    mask, old = _t([[1.0, 1.0]]), torch.zeros(1, 2, dtype=DT)
+    # A < 0, s = exp(-0.2) < 1 - 0.05: clipped at 0.95 (the default 3e-4 would clip at 0.9997)
+    out, grad = _run("gspo", _t([[-0.4, 0.0]]), old, _t([-1.0]), mask, cfg)
+    assert out.loss.item() == pytest.approx(0.95) and torch.all(grad == 0)
+    # s = exp(-0.02) lies inside [0.95, 1.1]: unclipped
+    out, _ = _run("gspo", _t([[-0.04, 0.0]]), old, _t([-1.0]), mask, cfg)
+    assert out.loss.item() == pytest.approx(math.exp(-0.02))
+
+
+def test_loss_options_are_validated():
+    from trainer.losses import LossConfigError, resolve_loss_config
+
+    with pytest.raises(LossConfigError, match="unknown option 'clip_lo' of loss 'grpo'") as info:
+        resolve_loss_config("grpo", {"clip_lo": 0.1})
+    assert info.value.key == "clip_lo"
+    with pytest.raises(LossConfigError, match=r"clip_low: 1.5 is out of range; allowed: >= 0 and <= 1"):
+        resolve_loss_config("gspo", {"clip_low": 1.5})
+    with pytest.raises(LossConfigError, match="clip_high: inf is out of range"):
+        resolve_loss_config("dapo", {"clip_high": float("inf")})
+    with pytest.raises(LossConfigError, match="agg_mode"):
+        resolve_loss_config("grpo", {}, agg_mode="sum")
+    assert resolve_loss_config("cispo", {"cispo_clip_low": 0.5}).cispo_clip_low == 0.5
+
+
+# MASK/ADV: a 3-token sequence with A = 1 and a 1-token sequence with A = -2; at ratio 1 each
+# PPO token term is -A, so the loss is minus these means of A:
+@pytest.mark.parametrize(
+    ("mode", "want"),
+    [
+        ("token-mean", (3 * 1.0 + 1 * -2.0) / 4),
+        ("seq-mean-token-sum", (3 * 1.0 + 1 * -2.0) / 2),
+        ("seq-mean-token-mean", (1.0 + -2.0) / 2),
+        ("seq-mean-token-sum-norm", (3 * 1.0 + 1 * -2.0) / (5 * 2)),
+    ],
+)
+def test_aggregation_modes_hand_computed(mode, want):
+    from trainer.losses import resolve_loss_config
+
+    logp = torch.zeros(2, 3, dtype=DT)
+    for name in ("grpo", "dapo", "dr_grpo", "gspo"):
+        cfg = resolve_loss_config(name, {"max_completion_length": 5}, agg_mode=mode)
+        out = get_loss(name)(logp, logp, ADV, MASK, cfg)
+        assert out.loss.item() == pytest.approx(-want), (name, mode)
+
+
+def test_nan_advantage_on_a_fully_masked_row_never_reaches_the_loss():
+    logp = torch.zeros(2, 3, dtype=DT)
+    mask = _t([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    for name in ALL:
+        out, grad = _run(name, logp, logp, _t([1.0, float("nan")]), mask)
+        assert math.isfinite(out.loss.item()) and torch.isfinite(grad).all(), name
+        with pytest.raises(ValueError, match="row 0"):
+            get_loss(name)(logp, logp, _t([float("nan"), 1.0]), mask, default_config(name))
+
+
+def test_token_weights_scale_the_policy_term_only():
+    logp = torch.zeros(2, 3, dtype=DT)
+    weights = _t([[2.0, 2.0, 2.0], [0.5, 9.0, 9.0]])
+    for name in ALL:
+        plain, g_plain = _run(name, logp, logp, ADV, MASK)
+        weighted, g_weighted = _run(name, logp, logp, ADV, MASK, token_weights=weights)
+        if name == "gspo":  # one term per sequence, given to each token: the row's mean weight
+            torch.testing.assert_close(g_weighted, g_plain * _t([[2.0], [0.5]]))
+        else:
+            torch.testing.assert_close(g_weighted, g_plain * weights * MASK)
+
+
+def test_loss_entry_point(tmp_path, monkeypatch):
+    import sys
+    import textwrap
+
+    (tmp_path / "my_losses.py").write_text(textwrap.dedent("""
+        from trainer.losses import LossOutput
+
+        def reinforce(logp, old_logp, advantages, mask, cfg, **_):
+            return LossOutput(-(advantages[:, None] * logp * mask).sum() / mask.sum())
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fn = get_loss("my_losses:reinforce")
+    assert fn(_t([[2.0]]), _t([[0.0]]), _t([1.0]), _t([[1.0]]), default_config("my_losses:reinforce")).loss == -2
+    with pytest.raises(ValueError, match="cannot import"):
+        get_loss("no_such_module_abc:fn")
+    sys.modules.pop("my_losses", None)
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_micro_batch_metrics_combine_to_the_full_batch_metrics(name):
+    """Means keep their weights and maxima stay maxima when a batch is split unevenly."""
+    from trainer.loss_metrics import MetricAccumulator
+
+    logp, old, ref, adv, mask = _random_batch(11, 8, 5)
+    logp = logp + torch.linspace(-0.6, 0.6, 40, dtype=DT).view(8, 5)  # ratios far from 1
+    cfg = LossConfig(kl_beta=0.05, dual_clip=3.0)
+    full = get_loss(name)(logp, old, adv, mask, cfg, ref_logp=ref)
+    acc = MetricAccumulator()
+    for rows in (slice(0, 5), slice(5, 8)):
+        part = get_loss(name)(logp[rows], old[rows], adv[rows], mask[rows], cfg, ref_logp=ref[rows])
+        acc.add(part.metrics)
+    combined = acc.reduce()
+    for key in ("clip_fraction", "ratio_mean", "ratio_max", "kl"):
+        assert combined[key] == pytest.approx(float(full.metrics[key]), rel=1e-12), key

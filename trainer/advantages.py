@@ -168,6 +168,11 @@ class RewardGroups:
         return self.weighted.sum(dim=1)
 
     @cached_property
+    def corr_numerator(self) -> torch.Tensor:
+        """``[N]`` CorrGRPO's numerator: ``N_i`` without components inactive for it."""
+        return (self.weighted * self.per_response(self.corr_active.to(self.weighted.dtype))).sum(dim=1)
+
+    @cached_property
     def inv_std(self) -> torch.Tensor:
         """``[G, K]`` ``1 / std_q(c_k)`` for components active for CorrGRPO, else 0."""
         return torch.where(self.corr_active, self.var.clamp(min=_TINY).rsqrt(), 0.0)
@@ -486,7 +491,7 @@ def corrgrpo_advantages(
     """
     eps = _check_eps(eps)
     denominator = _corrgrpo_denominator(groups.s_corr, eps, min_denominator)  # [G]
-    return groups.numerator / groups.per_response(denominator)
+    return groups.corr_numerator / groups.per_response(denominator)
 
 
 def _corrgrpo_denominator(
