@@ -35,7 +35,7 @@ ACTIVITY_RTOL = 1e-12
 
 
 # --------------------------------------------------------------------------- #
-# Reference: one group at a time, numpy float64, written from method.md
+# Reference: one group at a time, numpy float64, written from docs/method.md
 # --------------------------------------------------------------------------- #
 def _group_parts(s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Centred weighted components (NaN -> 0), covariance, active mask of one group."""

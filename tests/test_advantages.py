@@ -54,7 +54,7 @@ def numerator(rewards: np.ndarray, weights: np.ndarray | None = None) -> np.ndar
 def loop_reference(
     rewards: np.ndarray, group_ids: np.ndarray, weights: np.ndarray, estimator: str
 ) -> np.ndarray:
-    """Per-group numpy reference of grpo / corrgrpo / mo_grpo / gdpo written from method.md."""
+    """Per-group numpy reference of grpo / corrgrpo / mo_grpo / gdpo written from docs/method.md."""
     out = np.zeros(len(rewards))
     for gid in np.unique(group_ids):
         rows = np.nonzero(group_ids == gid)[0]
@@ -168,7 +168,7 @@ def test_paper_worked_example(seed: int) -> None:
 
 
 # --------------------------------------------------------------------------- #
-# consequences of the CorrGRPO definition (method.md)
+# consequences of the CorrGRPO definition (docs/method.md)
 # --------------------------------------------------------------------------- #
 @pytest.mark.parametrize("estimator", ["corrgrpo", "grpo", "gdpo", "mo_grpo", "gdpo_corr"])
 def test_group_of_size_one_gets_zero(estimator: str) -> None:

@@ -78,7 +78,7 @@ __all__ = [
 
 #: For CorrGRPO, a component is constant (inactive) in a group when its variance is
 #: <= ACTIVITY_RTOL * max(1, max_i |c_ik|)^2 with c the CENTRED weighted values: float
-#: round-off of a constant component must not make it active (method.md, CorrGRPO step 3).
+#: round-off of a constant component must not make it active (docs/method.md, CorrGRPO step 2).
 ACTIVITY_RTOL = 1e-12
 
 #: A group with at least one active component is "near-cancelling" when its
@@ -117,7 +117,7 @@ class RewardGroups:
         valid: ``[N]`` bool, the response has at least one non-NaN component.
         centred: ``[N, K]`` unweighted rewards minus their group mean; 0 for NaN
             and (exactly) for components constant in the group.
-        weighted: ``[N, K]`` ``centred * weights`` (``c_ik`` of method.md).
+        weighted: ``[N, K]`` ``centred * weights`` (``c_ik`` of docs/method.md).
         var: ``[G, K]`` unbiased variance of the weighted components.
         std: ``[G, K]`` unbiased standard deviation of the unweighted components.
         active: ``[G, K]`` bool, the component varies within the group (variance > 0).
@@ -601,7 +601,7 @@ def reinforce_pp_advantages(
 # --------------------------------------------------------------------------- #
 @dataclass(frozen=True)
 class AdvantageStats:
-    """Diagnostics of a batch, the same for every estimator (method.md).
+    """Diagnostics of a batch, the same for every estimator (docs/method.md).
 
     Per group (row g is group ``group_keys[g]``): ``s_cov``, ``s_corr``,
     ``c_q``, ``k_eff``, ``zero_variance``, ``near_cancelling`` ``[G]`` and

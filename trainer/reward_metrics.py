@@ -1,7 +1,7 @@
 """What the rewards are doing: per-step statistics of the reward vectors.
 
 Besides each component's mean and std, this reports the diagnostics of the
-advantage estimator (method.md): the mean reward correlation matrix, the
+advantage estimator (docs/method.md): the mean reward correlation matrix, the
 distribution of CorrGRPO's per-group multiplier ``c_q``, each component's
 share of GRPO's covariance sum, the effective number of rewards ``K_eff`` and
 the fraction of zero-variance groups.
