@@ -14,7 +14,7 @@ import pytest
 import corrgrpo_envs
 from corrgrpo_envs.code.env import CodeEnv
 from corrgrpo_envs.code.metrics import code_metrics
-from corrgrpo_envs.code.references import CACHE_ENV_VAR, ReferenceTimes, machine_hash
+from corrgrpo_envs.code.references import CACHE_ENV_VAR, ReferenceTimes, machine_hash, timing_kind
 
 SHARED = Path(os.environ.get("CORRGRPO_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
 LEETCODE_TEST = SHARED / "data" / "leetcodedataset" / "LeetCodeDataset-v0.3.1-test.jsonl.gz"
@@ -95,14 +95,14 @@ def test_reference_cache_per_program_and_machine(tmp_path, monkeypatch):
     env = CodeEnv(timeout=2.0, reference_runs=2)
     task = env.tasks.get("HumanEval/4")
     program = env.reference_program(task)
-    assert env.references.folder == tmp_path / machine_hash(env.sandbox.name)
+    assert env.references.folder == tmp_path / machine_hash(timing_kind(env.sandbox))
     assert env.references.cached(program) is None
     seconds = env.references.seconds(program, task.id)
     files = list(env.references.folder.glob("*.json"))
     assert len(files) == 1 and json.loads(files[0].read_text())["runs"] == 2
     fresh = ReferenceTimes(env.sandbox, tmp_path, runs=2)
     assert fresh.seconds(program) == seconds  # read back, not re-measured
-    assert fresh.seconds(program.replace("check(", "assert False\ncheck(")) is None
+    assert fresh.seconds(program + "\nraise KeyError(1)\n") is None
 
 
 def test_efficiency_modes(tmp_path):

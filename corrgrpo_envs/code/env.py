@@ -21,6 +21,7 @@ from corrgrpo_envs.code import rewards as R
 from corrgrpo_envs.code.datasets import DATASETS
 from corrgrpo_envs.code.metrics import code_metrics
 from corrgrpo_envs.code.references import ReferenceTimes
+from corrgrpo_envs.code.verdicts import Verdicts, candidate_program, judge, measured_seconds
 from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
 from corrgrpo_envs.metrics import EpisodeRecord
 from corrgrpo_envs.sandbox import Limits, Sandbox, SandboxPool, make_sandbox
@@ -133,6 +134,7 @@ class CodeEnv(MultiRewardEnv):
         self.system_prompt = system_prompt
         self._sandbox: Sandbox | None = backend if isinstance(backend, Sandbox) else None
         self._references: ReferenceTimes | None = None
+        self._verdicts: Verdicts | None = None
         self._ast_cache: dict[str, list[str] | None] = {}
 
     # ------------------------------------------------------------ sandbox
@@ -152,9 +154,17 @@ class CodeEnv(MultiRewardEnv):
             )
         return self._references
 
+    @property
+    def verdicts(self) -> Verdicts:
+        """Plans, candidate programs and host-side verdicts (:mod:`corrgrpo_envs.code.verdicts`)."""
+        if self._verdicts is None:
+            self._verdicts = Verdicts(self.sandbox, self.limits)
+        return self._verdicts
+
     def reference_program(self, task: Task) -> str:
-        """The judged program of the task's reference solution."""
-        return R.judged_program(task["prompt"], task["reference"], task["test"], task["entry_point"])
+        """The reference solution's program, called on the task's planned inputs (timed for
+        ``efficiency`` exactly like a candidate's)."""
+        return candidate_program(task, task["reference"], self.verdicts.plan(task))
 
     def close(self) -> None:
         if self._sandbox is not None and not isinstance(self.backend, Sandbox):
@@ -206,34 +216,44 @@ class CodeEnv(MultiRewardEnv):
             return zeros, {**info, "error": "no fenced python code block"}, None
         rewards = dict(zeros)
         rewards["format"] = float(has_entry)
-        rewards["syntax"] = float(R.syntax_ok(code))
-        program = R.judged_program(task["prompt"], code, task["test"], task["entry_point"])
-        rewards["compile"] = float(R.compiles(program))
+        tree = R.parse_code(code)  # parsed once, for syntax and ast_similarity
+        rewards["syntax"] = float(tree is not None)
+        rewards["compile"] = float(len(code) <= R.MAX_CODE_CHARS and R.compiles(
+            R.judged_program(task["prompt"], code, task["test"], task["entry_point"])))
         rewards["ast_similarity"] = R.ast_similarity(
-            R.ast_type_sequence(code) if rewards["syntax"] else None, self._reference_ast(task)
+            R.ast_type_sequence(tree) if tree is not None else None, self._reference_ast(task)
         )
         info["rewards_so_far"] = rewards
         if not rewards["compile"]:
             info["status"] = "syntax"
             del info["rewards_so_far"]
             return rewards, info, None
-        return None, info, program
+        plan = self.verdicts.plan(task)
+        if plan.error:
+            info["plan_error"] = plan.error
+        return None, info, candidate_program(task, code, plan)
 
     def _finish(self, task: Task, info: dict[str, Any], result) -> tuple[dict[str, float], dict]:
         rewards = info.pop("rewards_so_far")
-        rewards["runtime"] = float(result.finished)
-        rewards["correct"] = float(result.passed)
-        info.update(status=result.status, exec_seconds=result.exec_seconds)
-        if result.passed and self.efficiency_mode != "off":
-            program = self.reference_program(task)
-            if self.efficiency_mode == "lazy":
-                t_ref = self.references.seconds(program, task.id, self.limits)
-            else:
-                record = self.references.cached(program)
-                t_ref = record["seconds"] if record and record["passed"] else None
-            rewards["efficiency"] = R.efficiency(True, result.exec_seconds, t_ref)
+        plan = self.verdicts.plan(task)
+        status = judge(task, plan, result)  # decided here, from the recorded values only
+        passed = status == "ok"
+        rewards["runtime"] = float(status in ("ok", "assertion"))
+        rewards["correct"] = float(passed)
+        seconds = measured_seconds(result)
+        info.update(status=status, exec_seconds=seconds)
+        if passed and self.efficiency_mode != "off":
+            t_ref = None
+            if plan.passed:
+                program = self.reference_program(task)
+                if self.efficiency_mode == "lazy":
+                    t_ref = self.references.seconds(program, task.id, self.limits)
+                else:
+                    record = self.references.cached(program)
+                    t_ref = record["seconds"] if record and record["passed"] else None
+            rewards["efficiency"] = R.efficiency(True, seconds, t_ref)
             info["reference_seconds"] = t_ref
-            info["faster_than_reference"] = bool(t_ref is not None and result.exec_seconds < t_ref)
+            info["faster_than_reference"] = bool(t_ref is not None and seconds < t_ref)
         return rewards, info
 
     def _reference_ast(self, task: Task) -> list[str] | None:

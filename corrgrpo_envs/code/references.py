@@ -1,7 +1,8 @@
 """Reference runtimes for the ``efficiency`` reward, measured once and cached.
 
-A reference's time is the mean ``exec_seconds`` of several runs of its judged
-program in the same sandbox harness the candidates run in. Results are cached
+A reference's time is the mean :func:`measured_seconds` (the CPU time the kernel
+counted, read outside the program) of several runs of its program in the same
+sandbox and harness the candidates run in. Results are cached
 as one small JSON file per program under
 ``<cache>/<machine-hash>/<program-hash>.json``, where ``<cache>`` is
 ``$CORRGRPO_CODE_REFS`` or ``~/.cache/corrgrpo/code_refs``: a time measured on
@@ -18,9 +19,10 @@ import tempfile
 import threading
 from pathlib import Path
 
-from corrgrpo_envs.sandbox import Limits, Sandbox
+from corrgrpo_envs.sandbox import Limits, RunResult, Sandbox
 
-__all__ = ["ReferenceTimes", "default_cache_dir", "machine_hash", "CACHE_ENV_VAR"]
+__all__ = ["ReferenceTimes", "default_cache_dir", "machine_hash", "measured_seconds", "timing_kind",
+           "CACHE_ENV_VAR"]
 
 CACHE_ENV_VAR = "CORRGRPO_CODE_REFS"
 
@@ -44,6 +46,18 @@ def machine_hash(backend: str = "") -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
+def measured_seconds(result: RunResult) -> float:
+    """A run's time: the CPU time the kernel counted for its processes, else the host's wall time."""
+    return result.cpu_seconds if result.cpu_seconds is not None else result.wall_seconds
+
+
+def timing_kind(sandbox: Sandbox) -> str:
+    """What a measured time depends on besides the machine: backend, reuse mode, clock."""
+    forking = bool(getattr(sandbox, "forking", False))
+    clock = "cpu" if forking or sandbox.fresh_cpu_visible else "wall"
+    return f"{sandbox.name}:{'fork' if forking else 'fresh'}:{clock}:calls-v1"
+
+
 class ReferenceTimes:
     """Measures and caches the runtime of reference programs.
 
@@ -58,7 +72,7 @@ class ReferenceTimes:
             raise ValueError(f"runs must be >= 1, got {runs}")
         self.sandbox = sandbox
         root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-        self.folder = root / machine_hash(sandbox.name)
+        self.folder = root / machine_hash(timing_kind(sandbox))
         self.runs = int(runs)
         self._memory: dict[str, dict] = {}
         self._locks: dict[str, threading.Lock] = {}
@@ -100,7 +114,7 @@ class ReferenceTimes:
             if not result.passed:
                 passed = False
                 break
-            times.append(result.exec_seconds)
+            times.append(measured_seconds(result))
         record = {
             "task_id": task_id, "passed": passed, "runs": len(times),
             "seconds": sum(times) / len(times) if times else 0.0, "backend": self.sandbox.name,

@@ -20,6 +20,7 @@ __all__ = [
     "choose_block",
     "entry_pattern",
     "judged_program",
+    "parse_code",
     "syntax_ok",
     "compiles",
     "ast_type_sequence",
@@ -27,11 +28,17 @@ __all__ = [
     "efficiency",
 ]
 
+#: Longest code block that is parsed and compared (5x the longest LeetCodeDataset solution).
+MAX_CODE_CHARS = 20_000
+
+#: ``ast_similarity`` is 0 where sizes alone keep the ratio below this (one sequence ~40x the other).
+MIN_SIMILARITY_BOUND = 0.05
+
 REWARD_NAMES = ("format", "syntax", "compile", "runtime", "correct", "ast_similarity", "efficiency")
 DEFAULT_WEIGHTS = (0.05, 0.05, 0.05, 0.25, 0.60, 0.30, 0.20)
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _PYTHON_TAGS = {"python", "py", "python3", ""}
+_TAG_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_+-")
 
 
 @dataclass(frozen=True)
@@ -40,33 +47,66 @@ class CodeBlock:
     code: str
 
 
+def _fences(text: str):
+    """``(tag, body)`` of every closed fenced block, in order, in one pass over ``text``.
+
+    A block opens at three backticks, takes the rest of that line as its info
+    string (the tag is its leading run of letters, digits, ``_+-`` after blanks)
+    and closes at the next three backticks after the line break. Plain ``str.find``
+    scans, each position visited a bounded number of times: linear time for any
+    text (a regular expression here backtracks quadratically on long runs of
+    backticks or of blank lines).
+    """
+    pos = 0
+    while True:
+        start = text.find("```", pos)
+        if start < 0:
+            return
+        newline = text.find("\n", start + 3)
+        if newline < 0:
+            return  # no later fence can open either
+        end = text.find("```", newline + 1)
+        if end < 0:
+            return  # nor close
+        info = text[start + 3 : newline].lstrip(" \t")
+        n = 0
+        while n < len(info) and info[n] in _TAG_CHARS:
+            n += 1
+        yield info[:n], text[newline + 1 : end]
+        pos = end + 3
+
+
 def fenced_blocks(text: str) -> list[CodeBlock]:
     """Every closed fenced block tagged ``python``, ``py``, ``python3`` or untagged."""
-    return [
-        CodeBlock(m.group(1).lower(), m.group(2))
-        for m in _FENCE.finditer(text)
-        if m.group(1).lower() in _PYTHON_TAGS
-    ]
+    return [CodeBlock(tag.lower(), body) for tag, body in _fences(text) if tag.lower() in _PYTHON_TAGS]
 
 
 def entry_pattern(entry_point: str) -> re.Pattern[str]:
     """What the chosen block must define: ``class Solution`` for ``Solution().f``, else ``def f``."""
+    # Blanks are [ \t\f] only: ``\s`` would also match line breaks, and ``^\s*`` then backtracks
+    # over every following blank line from every line start (quadratic on 10^5 blank lines).
     if "(" in entry_point or "." in entry_point:
         cls = entry_point.split("(")[0].split(".")[0].strip()
-        return re.compile(rf"^\s*class\s+{re.escape(cls)}\b", re.MULTILINE)
-    return re.compile(rf"^\s*def\s+{re.escape(entry_point.strip())}\s*\(", re.MULTILINE)
+        return re.compile(rf"^[ \t\f]*class[ \t\f]+{re.escape(cls)}\b", re.MULTILINE)
+    return re.compile(rf"^[ \t\f]*def[ \t\f]+{re.escape(entry_point.strip())}[ \t\f]*\(", re.MULTILINE)
 
 
 def choose_block(text: str, entry_point: str) -> tuple[str | None, bool]:
-    """``(code, has_entry)``: the longest block holding the entry, else the longest block."""
-    blocks = fenced_blocks(text)
-    if not blocks:
-        return None, False
+    """``(code, has_entry)``: the longest block holding the entry, else the longest block
+    (the first of equally long ones)."""
     pattern = entry_pattern(entry_point)
-    holding = [b.code for b in blocks if pattern.search(b.code)]
-    if holding:
-        return max(holding, key=len), True
-    return max((b.code for b in blocks), key=len), False
+    longest: str | None = None
+    holding: str | None = None
+    for tag, body in _fences(text):
+        if tag.lower() not in _PYTHON_TAGS:
+            continue
+        if longest is None or len(body) > len(longest):
+            longest = body
+        if (holding is None or len(body) > len(holding)) and pattern.search(body):
+            holding = body
+    if holding is not None:
+        return holding, True
+    return longest, False
 
 
 def judged_program(prompt: str, code: str, test: str, entry_point: str) -> str:
@@ -74,15 +114,21 @@ def judged_program(prompt: str, code: str, test: str, entry_point: str) -> str:
     return f"{prompt}\n{code}\n{test}\ncheck({entry_point})\n"
 
 
-def syntax_ok(code: str) -> bool:
-    """Non-empty and parses with ``ast.parse``."""
-    if not code.strip():
-        return False
+def parse_code(code: str) -> ast.Module | None:
+    """The block's syntax tree; ``None`` when it is blank, does not parse, or is longer
+    than :data:`MAX_CODE_CHARS` (judged as not parseable: parsing and comparing
+    such a block would cost more than any answer is worth)."""
+    if len(code) > MAX_CODE_CHARS or not code.strip():
+        return None
     try:
-        ast.parse(code)
+        return ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return False
-    return True
+        return None
+
+
+def syntax_ok(code: str) -> bool:
+    """Non-empty, at most :data:`MAX_CODE_CHARS` characters, and parses with ``ast.parse``."""
+    return parse_code(code) is not None
 
 
 def compiles(program: str) -> bool:
@@ -94,12 +140,15 @@ def compiles(program: str) -> bool:
     return True
 
 
-def ast_type_sequence(code: str) -> list[str] | None:
+def ast_type_sequence(code: str | ast.AST) -> list[str] | None:
     """Pre-order AST node type names with a closing marker per node; ``None`` if unparseable."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
+    if isinstance(code, ast.AST):
+        tree: ast.AST = code
+    else:
+        try:
+            tree = ast.parse(code)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return None
     out: list[str] = []
     stack: list[tuple[ast.AST, bool]] = [(tree, False)]
     while stack:  # iterative: deeply nested candidates must not overflow the host's stack
@@ -115,10 +164,15 @@ def ast_type_sequence(code: str) -> list[str] | None:
 
 
 def ast_similarity(candidate: str | list[str] | None, reference: str | list[str] | None) -> float:
-    """difflib ratio (autojunk off) of the two type sequences; 0 when either does not parse."""
+    """difflib ratio (autojunk off) of the two type sequences; 0 when either does not parse,
+    or when their lengths alone keep the ratio below :data:`MIN_SIMILARITY_BOUND`."""
     a = ast_type_sequence(candidate) if isinstance(candidate, str) else candidate
     b = ast_type_sequence(reference) if isinstance(reference, str) else reference
     if not a or not b:
+        return 0.0
+    if 2 * min(len(a), len(b)) < MIN_SIMILARITY_BOUND * (len(a) + len(b)):
+        # The ratio cannot reach MIN_SIMILARITY_BOUND (it is at most 2 min / (len a + len b)),
+        # and difflib's time grows with the product of the lengths.
         return 0.0
     return float(difflib.SequenceMatcher(None, a, b, autojunk=False).ratio())
 

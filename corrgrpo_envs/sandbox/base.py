@@ -21,6 +21,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from corrgrpo_envs.sandbox.calls import channel_text
 from corrgrpo_envs.sandbox.runner import RUNNER_SOURCE
 
 __all__ = ["Limits", "RunResult", "Sandbox", "SandboxUnavailable", "MINIMAL_ENV"]
@@ -88,9 +89,14 @@ class RunResult:
     failed ``assert``), ``error:<ExceptionName>``, ``memory`` (``MemoryError``),
     ``syntax`` (did not compile), ``timeout``, ``output_limit``, ``killed`` (died
     without reporting, e.g. by a signal or ``os._exit``) or ``sandbox_error``.
-    ``exec_seconds`` is the time spent inside the program itself (measured by
-    the runner, so interpreter start-up does not count); ``wall_seconds`` is
-    the host's view of the whole run.
+    ``exec_seconds`` is the time the runner measured inside the program (the
+    program can change it: informational only); ``cpu_seconds`` is the CPU time
+    (user + system) of the program's processes as the kernel counted it, read
+    outside the program (the fork server's or the host's ``rusage`` of its
+    children), ``None`` where the backend cannot see it (docker);
+    ``wall_seconds`` is the host's view of the whole run. ``channel`` is the raw
+    text of the status channel (the runner's status line and, for programs that
+    ask for calls, one record per call: :mod:`corrgrpo_envs.sandbox.calls`).
     """
 
     status: str
@@ -101,6 +107,8 @@ class RunResult:
     returncode: int | None = None
     backend: str = ""
     extra: dict = field(default_factory=dict)
+    cpu_seconds: float | None = None
+    channel: str = ""
 
     @property
     def passed(self) -> bool:
@@ -121,6 +129,9 @@ class Sandbox(ABC):
     """
 
     name: str = "abstract"
+    #: Whether the kernel's CPU time of the process a fresh run starts covers the program
+    #: (its wrapper reaps the interpreter); if not, fresh runs report ``cpu_seconds=None``.
+    fresh_cpu_visible: bool = True
 
     def __init__(self, limits: Limits | None = None, python: str | None = None,
                  paths: list[str] | None = None):
@@ -197,7 +208,10 @@ class Sandbox(ABC):
             status = "killed"
             if proc.returncode is not None and proc.returncode < 0:
                 status = f"killed:{signal.Signals(-proc.returncode).name}"
-        return RunResult(status, stdout, stderr, exec_seconds, wall, proc.returncode, self.name)
+        return RunResult(status, stdout, stderr, exec_seconds, wall, proc.returncode, self.name,
+                         cpu_seconds=getattr(proc, "corrgrpo_cpu_seconds", None)
+                         if self.fresh_cpu_visible else None,
+                         channel=channel_text(status_text, token))
 
 
 def new_token() -> str:
@@ -242,7 +256,7 @@ def _drain(proc: subprocess.Popen, payload: bytes, status_fd: int | None, limits
             if now >= deadline:
                 over = "timeout"
                 break
-            if exited_at is None and proc.poll() is not None:
+            if exited_at is None and _reap(proc, block=False):
                 exited_at = now
             # A child left behind may hold the pipes open: stop shortly after the main process.
             if exited_at is not None and now - exited_at > 0.2:
@@ -287,11 +301,33 @@ def _kill_group(proc: subprocess.Popen) -> None:
     for stream in (proc.stdout, proc.stderr):
         if stream is not None:
             stream.close()
+    deadline = time.monotonic() + 5
+    while not _reap(proc, block=False):
+        if time.monotonic() > deadline:
+            proc.kill()
+            _reap(proc, block=True)
+            break
+        time.sleep(0.001)
+
+
+def _reap(proc: subprocess.Popen, block: bool) -> bool:
+    """Reap ``proc`` with ``wait4``, keeping its CPU time; True once it has ended.
+
+    The rusage of a reaped child includes every descendant it reaped in turn
+    (``unshare --fork`` and ``bwrap`` wait for the interpreter), and the kernel
+    counts it: the program cannot change it.
+    """
+    if proc.returncode is not None:
+        return True
     try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere: the time is unknown
+        return proc.poll() is not None
+    if pid == 0:
+        return False
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.corrgrpo_cpu_seconds = usage.ru_utime + usage.ru_stime  # type: ignore[attr-defined]
+    return True
 
 
 def _parse_status(text: str, token: str) -> tuple[str | None, float]:
@@ -306,10 +342,19 @@ def _parse_status(text: str, token: str) -> tuple[str | None, float]:
 
 
 def _split_status_from_stderr(stderr: str, token: str) -> tuple[str, str]:
-    idx = stderr.rfind("\n" + token + " ")
-    if idx < 0:
+    """``(channel lines, the rest)`` of a stderr that also carried the status channel.
+
+    The runner starts each of its lines there with a newline, so they begin a line.
+    """
+    prefix = token + " "
+    if prefix not in stderr:
         return "", stderr
-    return stderr[idx + 1 :], stderr[:idx]
+    lines = stderr.split("\n")
+    channel = [ln for ln in lines if ln.startswith(prefix)]
+    rest = [ln for ln in lines if not ln.startswith(prefix)]
+    while rest and rest[-1] == "" and len(rest) > 1 and rest[-2] == "":
+        rest.pop()
+    return "\n".join(channel) + "\n", "\n".join(rest).rstrip("\n")
 
 
 def runner_command(python: str) -> list[str]:

@@ -21,8 +21,11 @@ from corrgrpo_envs.sandbox.base import (
     RunResult,
     Sandbox,
     SandboxUnavailable,
+    _parse_status,
+    _split_status_from_stderr,
     new_token,
 )
+from corrgrpo_envs.sandbox.calls import channel_text
 from corrgrpo_envs.sandbox.runner import RUNNER_SOURCE
 
 __all__ = ["DockerSandbox", "docker_available"]
@@ -118,15 +121,14 @@ class DockerSandbox(Sandbox):
         wall = time.perf_counter() - start
         out = (out or b"")[: limits.output_bytes].decode("utf-8", "replace")
         err = (err or b"").decode("utf-8", "replace")
-        idx = err.rfind("\n" + token + " ")
-        status, seconds = "killed", 0.0
-        if idx >= 0:
-            parts = err[idx + 1 :].split()
-            status, seconds = parts[1], float(parts[2])
-            err = err[:idx]
+        channel, err = _split_status_from_stderr(err, token)
+        status, seconds = _parse_status(channel, token)
+        status = status or "killed"
         if code == 137 and wall >= limits.timeout:
             status = "timeout"
-        return RunResult(status, out, err[: limits.output_bytes], seconds, wall, code, self.name)
+        # No CPU time from outside here (cpu_seconds None): timing falls back to the wall time.
+        return RunResult(status, out, err[: limits.output_bytes], seconds, wall, code, self.name,
+                         channel=channel_text(channel, token))
 
     def close(self) -> None:
         with self._lock:

@@ -54,6 +54,7 @@ from corrgrpo_envs.sandbox.base import (
     append_capped,
     new_token,
 )
+from corrgrpo_envs.sandbox.calls import channel_text
 from corrgrpo_envs.sandbox.runner import PRELOAD_MODULES, SERVER_SOURCE
 
 __all__ = ["ForkServer", "ForkServerPool", "ForkingSandbox", "REUSE_MODES", "server_command"]
@@ -159,11 +160,12 @@ class ForkServer:
         wall = time.perf_counter() - start
         status, exec_seconds = _parse_status(status_text, token)
         returncode = None
+        cpu_seconds = None
         if done is None:  # the server died (a program killed it) or hung: never trust it again
             self.healthy = False
             status = "timeout" if over == "timeout" else "killed"
         else:
-            kind, returncode, clean = done
+            kind, returncode, clean, cpu_seconds = done
             self.healthy = self.healthy and clean
             if kind == "timeout":
                 status = "timeout"
@@ -176,7 +178,8 @@ class ForkServer:
         stdout = outputs[0].decode("utf-8", "replace")
         stderr = outputs[1].decode("utf-8", "replace")
         return RunResult(status, stdout, stderr, exec_seconds, wall, returncode, self.backend,
-                         {"reuse": "fork"})
+                         {"reuse": "fork"}, cpu_seconds=cpu_seconds,
+                         channel=channel_text(status_text, token))
 
     def _drain(self, fds: list[int], payload: bytes, limits: Limits, start: float):
         """Feed stdin; collect stdout/stderr/status and the server's verdict (or its death)."""
@@ -192,7 +195,7 @@ class ForkServer:
         sizes = [0, 0, 0]
         sent = 0
         deadline = start + limits.timeout + _HOST_GRACE
-        done: tuple[str, int, bool] | None = None
+        done: tuple[str, int, bool, float] | None = None
         ended_at: float | None = None  # verdict received or server lost
         over: str | None = None
         try:
@@ -276,12 +279,13 @@ def _recv_within(sock: socket.socket, seconds: float) -> bytes:
         sel.close()
 
 
-def _parse_done(msg: bytes) -> tuple[str, int, bool] | None:
+def _parse_done(msg: bytes) -> tuple[str, int, bool, float] | None:
+    """``(kind, exit code, clean, cpu seconds)`` of the server's ``D`` message."""
     parts = msg.split()
-    if len(parts) != 4 or parts[0] != b"D":
+    if len(parts) != 5 or parts[0] != b"D":
         return None
     try:
-        return parts[1].decode(), int(parts[2]), parts[3] == b"1"
+        return parts[1].decode(), int(parts[2]), parts[3] == b"1", int(parts[4]) / 1e9
     except ValueError:
         return None
 

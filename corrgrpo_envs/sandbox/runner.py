@@ -18,6 +18,8 @@ per program; the child runs the very same bootstrap as the fresh runner. See
 
 from __future__ import annotations
 
+from corrgrpo_envs.sandbox.calls import CALLS_DIRECTIVE, PLAIN_SOURCE
+
 __all__ = ["RUNNER_SOURCE", "SERVER_SOURCE", "PRELOAD_MODULES", "STATUS_OK", "STATUS_ASSERTION"]
 
 STATUS_OK = "ok"
@@ -41,6 +43,13 @@ def _corrgrpo_boot():
     source = sys.stdin.buffer.read().decode("utf-8", "replace")
     sys.stdin.close()
     token = header["token"]
+    calls = None
+    if source.startswith(CALLS_DIRECTIVE):
+        # Written by the host in front of the program: which function to call, on what.
+        import json
+        first, _, rest = source.partition("\n")
+        calls = json.loads(first[len(CALLS_DIRECTIVE):])
+        source = "\n" + rest  # the program keeps its line numbers
     if header.get("isolate_fs"):
         _isolate_fs(header)
     if header.get("drop_caps"):
@@ -62,16 +71,18 @@ def _corrgrpo_boot():
         except (ValueError, OSError):
             pass
     fd = header.get("status_fd")
-    def report(status, seconds=0.0):
-        line = ("%s %s %.9f\n" % (token, status, seconds)).encode()
+    def emit(text):
+        line = ("%s %s\n" % (token, text)).encode()
         if fd is None:
             sys.stderr.flush()
-            os.write(2, b"\n" + line)
-        else:
-            try:
-                os.write(fd, line)
-            except OSError:
-                pass
+            line = b"\n" + line
+        try:
+            while line:
+                line = line[os.write(2 if fd is None else fd, line):]
+        except OSError:
+            pass
+    def report(status, seconds=0.0):
+        emit("%s %.9f" % (status, seconds))
     try:
         code = compile(source, "<program>", "exec")
     except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError):
@@ -92,12 +103,39 @@ def _corrgrpo_boot():
         status = "error:" + type(exc).__name__
     else:
         status = "ok"
+    if calls is not None and status == "ok":
+        status = _corrgrpo_call_all(calls, scope, emit)
     elapsed = time.perf_counter() - start
     try:
         sys.stdout.flush()
     except BaseException:
         pass
     report(status, elapsed)
+
+def _corrgrpo_call_all(calls, scope, emit):
+    # Call the entry on every input; one record per call on the status channel. What a call
+    # returns is judged by the host, never here: this process only reports values.
+    try:
+        import json
+        names = calls.get("classes", [])
+        classes = {n: scope[n] for n in names if isinstance(scope.get(n), type)}
+        entry = eval(calls["entry"], scope)
+        for i, text in enumerate(calls["inputs"]):
+            args, kwargs = _plain_decode(json.loads(text), classes)
+            try:
+                value = entry(*args, **kwargs)
+            except BaseException as exc:
+                emit("X %d %s" % (i, type(exc).__name__))
+                return "error:" + type(exc).__name__
+            try:
+                nodes = _plain_encode(value, names)
+            except (_PlainError, RecursionError, MemoryError) as exc:
+                emit("P %d %s" % (i, str(exc)[:60].replace("\n", " ") or "?"))
+                return "error:NotPlain"
+            emit("R %d %s" % (i, json.dumps(nodes, separators=(",", ":"))))
+    except BaseException as exc:
+        return "error:" + type(exc).__name__
+    return "ok"
 
 def _isolate_fs(header):
     # Runs as (namespace) root inside fresh mount, pid and network namespaces.
@@ -159,6 +197,8 @@ def _drop_caps():
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 '''
 
+_SHARED_SOURCE = f"CALLS_DIRECTIVE = {CALLS_DIRECTIVE!r}\n" + PLAIN_SOURCE + _SHARED_SOURCE
+
 RUNNER_SOURCE = _SHARED_SOURCE + "\n_corrgrpo_boot()\n"
 
 # The fork server. argv: the control socket's fd and the server's config (a Python
@@ -166,9 +206,11 @@ RUNNER_SOURCE = _SHARED_SOURCE + "\n_corrgrpo_boot()\n"
 #   server -> host  b"ready"                      once isolated and preloaded
 #   host -> server  b"R <timeout>" + 4 fds        stdin, stdout, stderr, status of one program
 #   host -> server  b"K"                          kill the running program (output cap hit)
-#   server -> host  b"D <kind> <code> <clean>"    kind: exit, timeout or killed; code: exit
+#   server -> host  b"D <kind> <code> <clean> <cpu_ns>"
+#                                                 kind: exit, timeout or killed; code: exit
 #                                                 code (negative: signal); clean 0: the server
-#                                                 could not restore a clean state and exits
+#                                                 could not restore a clean state and exits;
+#                                                 cpu_ns: CPU time of the program's processes
 # The program itself (header and source) travels on its stdin pipe straight to the child,
 # so the server never holds a program's text or output.
 _SERVER_PART = r'''
@@ -191,6 +233,10 @@ def _corrgrpo_serve():
     # Not dumpable: a program (same uid) can then neither ptrace the server nor open its
     # /proc files (memory, fds such as the control socket). Children inherit the flag.
     libc.prctl(4, 0, 0, 0, 0)
+    # Child subreaper: processes a program leaves behind become the server's children, so
+    # their CPU time is counted with the program's and the server reaps them.
+    libc.prctl(36, 1, 0, 0, 0)
+    import resource
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     me = os.getpid()
@@ -206,15 +252,19 @@ def _corrgrpo_serve():
             for fd in fds:
                 os.close(fd)
             continue  # a late kill request for a program that already ended
+        before = _corrgrpo_children_cpu_ns(resource)
         pid = os.fork()
         if pid == 0:
             _corrgrpo_child(fds)
         for fd in fds:
             os.close(fd)
         kind, code = _corrgrpo_wait(sock, pid, float(msg[2:]), select, signal, time)
-        clean = (_corrgrpo_reap(me, signal, time) and _corrgrpo_clean(roots, snapshot)
-                 and _corrgrpo_self_state() == itself)
-        sock.sendall(b"D %s %d %d" % (kind, code, int(clean)))
+        clean = _corrgrpo_reap(me, signal, time)
+        # CPU time of the program and of every process it left behind (all reaped by now:
+        # the server is their subreaper), counted by the kernel, out of the program's reach.
+        cpu_ns = _corrgrpo_children_cpu_ns(resource) - before
+        clean = clean and _corrgrpo_clean(roots, snapshot) and _corrgrpo_self_state() == itself
+        sock.sendall(b"D %s %d %d %d" % (kind, code, int(clean), cpu_ns))
         if not clean:
             _corrgrpo_quit()
 
@@ -283,6 +333,10 @@ def _corrgrpo_wait(sock, pid, timeout, select, signal, time):
                 pass
     status = os.waitpid(pid, 0)[1]
     return kind, os.waitstatus_to_exitcode(status)
+
+def _corrgrpo_children_cpu_ns(resource):
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return int(round((usage.ru_utime + usage.ru_stime) * 1e9))
 
 def _corrgrpo_reap(me, signal, time):
     # Kill every other process of the pid namespace (children the program left behind,
