@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 import corrgrpo_envs
 from corrgrpo_envs import commands
 
@@ -16,16 +18,45 @@ def python_blocks(text: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
 
 
+def _block(marker: str) -> str:
+    blocks = [b for b in python_blocks(DOC.read_text(encoding="utf-8")) if marker in b]
+    assert len(blocks) == 1, marker
+    return blocks[0]
+
+
 def test_registration_example_runs():
-    blocks = [b for b in python_blocks(DOC.read_text(encoding="utf-8")) if "register(" in b]
-    assert len(blocks) == 1
     namespace: dict = {}
-    exec(compile(blocks[0], str(DOC), "exec"), namespace)  # the doc's own asserts check it
+    exec(compile(_block("class PoliteEnv"), str(DOC), "exec"), namespace)  # the doc's own asserts check it
     env = corrgrpo_envs.make("myorg/Polite-v0", split="all")
     env.reset(options={"task_id": "greet-0"})
     ref = env.unwrapped.reference_action("greet-0")
-    _, reward, *_ = env.step(ref)
+    assert ref == ["Hello, Ada!"]
+    _, reward, *_ = env.step(ref[0])
     assert reward.tolist() == [1.0, 1.0]
+    records = [{"task_id": "greet-0", "reward_components": {"polite": 1.0, "brief": 0.0}}]
+    assert env.unwrapped.metrics(records) == {"polite": 1.0, "brief": 0.0, "total": 1.0}
+
+
+@pytest.mark.filterwarnings("ignore:.*The reward returned by `step\\(\\)` must be a float")
+def test_adding_a_domain_example_runs():
+    """The domain-folder example: its pieces work together and pass the conformance checks."""
+    from gymnasium.utils.env_checker import check_env
+
+    namespace: dict = {}
+    exec(compile(_block("class ReverseEnv"), str(DOC), "exec"), namespace)  # its asserts check a step
+    env = corrgrpo_envs.make("mydomain/Reverse-v0")
+    u = env.unwrapped
+    assert u.reward_names == namespace["REWARD_NAMES"] and u.task_ids == [f"word-{i}" for i in range(4)]
+    records = []
+    for task_id, answer in zip(u.task_ids, ["myg", "xx", "rotcev", "group"]):
+        env.reset(options={"task_id": task_id})
+        _, reward, *_ = env.step(answer)
+        records.append({"task_id": task_id, "reward_components": dict(zip(u.reward_names, reward.tolist()))})
+    metrics = u.metrics(records)
+    assert metrics["solved"] == 0.5 and metrics["exact"] == 0.5
+    assert metrics["length"] == pytest.approx(-(0 + 4 + 0 + 0) / 400)
+    assert metrics["total"] == pytest.approx(metrics["exact"] + metrics["length"])
+    check_env(u, skip_render_check=True)
     tasks = commands.describe_env("myorg/Polite-v0")["tasks"]
     assert tasks["all"] == 3 and tasks["train"] + tasks["eval"] == 3
 
