@@ -9,9 +9,12 @@ So a trainer process takes the cores it can count on, not all of them:
               - reward worker processes,   at least 1
 
 Reward workers in threads of the same process compute while torch does not (a step
-generates, then scores), so only process workers count. Worker processes get one
-OpenMP/MKL thread each through their environment (``worker_env``): numpy or torch in
-a worker otherwise starts one thread per core.
+generates, then scores), so only process workers count. They are idle during most of
+the torch work too, but not always (sandboxed programs that run to their time limit,
+AgentDojo checks), and the two costs are lopsided: one thread fewer costs at most a
+factor 2 on 2 cores, threads fighting for a taken core cost tens. Worker processes get
+one OpenMP/MKL thread each through their environment (``worker_env``): numpy or torch
+in a worker otherwise starts one thread per core.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def auto_torch_threads(
     if local_processes is None:
         local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     share = cores // max(1, local_processes)
-    busy = reward_workers if reward_executor == "process" and reward_workers > 1 else 0
+    busy = reward_workers if reward_executor == "process" else 0
     return max(1, share - busy)
 
 
@@ -80,7 +83,7 @@ def configure_threads(
         raise ValueError(f"rollout.torch_threads: must be >= 1, got {requested}")
     threads = requested if requested is not None else auto_torch_threads(reward_workers, reward_executor)
     torch.set_num_threads(threads)
-    if reward_executor == "process" and reward_workers > 1:
+    if reward_executor == "process":
         for var, value in worker_env(1).items():
             os.environ.setdefault(var, value)
     return threads

@@ -1,0 +1,39 @@
+"""The trainer's torch thread rule: its share of the cores minus busy worker processes."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from trainer.threads import THREAD_ENV_VARS, auto_torch_threads, configure_threads, worker_env
+
+
+@pytest.mark.parametrize(
+    "cores,local,workers,executor,want",
+    [
+        (2, 1, 1, "thread", 2),   # reward threads run while torch does not
+        (2, 1, 1, "process", 1),  # one worker process: one core left
+        (2, 1, 4, "process", 1),  # never below 1
+        (16, 2, 3, "process", 5),  # 8 cores per trainer process, 3 busy workers
+        (16, 8, 0, "thread", 2),
+        (1, 4, 0, "thread", 1),
+    ],
+)
+def test_auto_threads(cores, local, workers, executor, want):
+    assert auto_torch_threads(workers, executor, cores=cores, local_processes=local) == want
+
+
+def test_configure_threads_sets_torch_and_worker_env(monkeypatch):
+    before = torch.get_num_threads()
+    for var in THREAD_ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    try:
+        assert configure_threads(1, reward_workers=2, reward_executor="process") == 1
+        assert torch.get_num_threads() == 1
+        assert {v: os.environ[v] for v in THREAD_ENV_VARS} == worker_env(1)
+        with pytest.raises(ValueError, match="rollout.torch_threads"):
+            configure_threads(0)
+    finally:
+        torch.set_num_threads(before)
