@@ -27,8 +27,8 @@ def test_auto_threads(cores, local, workers, executor, want):
 
 def test_configure_threads_sets_torch_and_worker_env(monkeypatch):
     before = torch.get_num_threads()
-    for var in THREAD_ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
+    # a copy of the environment without the thread variables (restored after the test)
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in THREAD_ENV_VARS})
     try:
         assert configure_threads(1, reward_workers=2, reward_executor="process") == 1
         assert torch.get_num_threads() == 1
