@@ -62,3 +62,33 @@ def test_missing_config_is_a_clear_error(capsys):
 def test_plot_rejects_a_folder_without_metrics(tmp_path):
     with pytest.raises(FileNotFoundError, match="run folder"):
         main(["plot", str(Path(tmp_path))])
+
+
+def test_train_uses_estimator_and_loss_entry_points(tmp_path, monkeypatch):
+    """``corrgrpo train cfg algorithm.estimator=pkg.mod:fn`` needs no launcher."""
+    import sys
+    import textwrap
+
+    (tmp_path / "my_rl_plugins.py").write_text(textwrap.dedent("""
+        from trainer.losses import LossOutput
+
+        CALLS = {"estimator": 0, "loss": 0}
+
+        def half_dr_grpo(groups, *, factor: float = 0.5):
+            CALLS["estimator"] += 1
+            return factor * groups.weighted.sum(dim=1)
+
+        def reinforce(logp, old_logp, advantages, mask, cfg, *, seq_denominator=None,
+                      token_denominator=None, **_):
+            CALLS["loss"] += 1
+            n = token_denominator or mask.sum()
+            return LossOutput(-(advantages[:, None] * logp * mask).sum() / n, {})
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = tmp_path / "run"
+    assert main(["train", "env_configs/quickstart.yaml", *TOY, "train.steps=1", "train.save_final=false",
+                 f"train.output_dir={run}", "algorithm.estimator=my_rl_plugins:half_dr_grpo",
+                 "algorithm.estimator_options={factor: 0.25}", "algorithm.loss=my_rl_plugins:reinforce"]) == 0
+    plugins = sys.modules.pop("my_rl_plugins")
+    assert plugins.CALLS["estimator"] >= 2 and plugins.CALLS["loss"] >= 1  # config check + the step
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 1

@@ -38,7 +38,8 @@ def test_vllm_rollouts_and_weight_sync(tmp_path):
         {
             "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 16},
             "model": {"name_or_path": "tiny"},
-            "algorithm": {"estimator": "corrgrpo", "group_size": 4, "prompts_per_step": 4},
+            "algorithm": {"estimator": "corrgrpo", "group_size": 4, "prompts_per_step": 4,
+                          "tis_cap": 2.0},
             "rollout": {"max_new_tokens": 12, "backend": "vllm", "vllm_kwargs": ENGINE},
             "optim": {"lr": 1e-2},
             "train": {"steps": 2, "split": "all", "progress": False, "tensorboard": False,
@@ -50,6 +51,10 @@ def test_vllm_rollouts_and_weight_sync(tmp_path):
     trainer.train()
     records = read_metrics(tmp_path / "run")
     assert len(records) == 2 and all(r["episodes"] == 16 for r in records)
+    for r in records:  # the sampler's logprobs are compared with the trainer's every step
+        print("mismatch", r["mismatch/abs_mean"], r["mismatch/max"], "tis", r["tis/weight_mean"])
+        assert 0 <= r["mismatch/abs_mean"] <= r["mismatch/max"] < 1e-2
+        assert r["tis/weight_mean"] == pytest.approx(1.0, abs=1e-2)
     assert any(not torch.equal(before[k], v) for k, v in trainer.unwrapped.state_dict().items())
 
     # the engine now samples from the trained weights: its logprobs match the HF forward pass

@@ -1,0 +1,54 @@
+"""Logged step metrics do not depend on how the batch is split; the sampler/trainer
+log-prob mismatch is logged and truncated importance sampling runs (HF backend: mismatch ~ 0)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer.config import config_from_dict
+from trainer.trainer import Trainer
+
+METRICS = ["loss/clip_fraction", "loss/ratio_mean", "loss/ratio_max", "loss/kl", "entropy",
+           "mismatch/abs_mean", "mismatch/max", "grad_norm"]
+
+
+def _trainer(tmp_path: Path, name: str, **sections) -> Trainer:
+    torch.set_num_threads(1)
+    data = {
+        "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 8},
+        "model": {"name_or_path": "tiny"},
+        "algorithm": {"estimator": "grpo", "group_size": 4, "prompts_per_step": 2, "kl_beta": 0.01},
+        "rollout": {"max_new_tokens": 8},
+        "optim": {"lr": 5e-2, "epochs": 2, "mini_batch_size": 4},
+        "train": {"steps": 1, "seed": 1, "split": "all", "progress": False, "tensorboard": False,
+                  "save_final": False, "log_samples": 0, "output_dir": str(tmp_path / name)},
+    }
+    for section, values in sections.items():
+        data[section].update(values)
+    return Trainer(config_from_dict(data))
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory) -> dict:
+    """One step with the whole batch in one forward pass per mini-batch."""
+    return _trainer(tmp_path_factory.mktemp("whole"), "whole").train_step(0)
+
+
+def test_micro_batches_log_the_whole_batch_metrics(tmp_path, whole):
+    split = _trainer(tmp_path, "split", optim={"micro_batch_size": 3}).train_step(0)
+    assert whole["loss/ratio_max"] > 1.0  # the second epoch sees updated weights
+    for key in METRICS:
+        assert split[key] == pytest.approx(whole[key], rel=1e-4, abs=1e-6), key
+
+
+def test_hf_sampler_matches_the_trainer_and_tis_runs(tmp_path, whole):
+    plain = whole
+    assert 0.0 <= plain["mismatch/abs_mean"] <= plain["mismatch/max"] < 1e-4
+    tis = _trainer(tmp_path, "tis", algorithm={"tis_cap": 2.0}).train_step(0)
+    assert tis["tis/weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert tis["tis/capped_fraction"] == 0.0
+    for key in METRICS:  # weights of ~1 change nothing measurable
+        assert tis[key] == pytest.approx(plain[key], rel=1e-3, abs=1e-5), key
