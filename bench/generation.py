@@ -1,88 +1,159 @@
-"""Generation throughput of the policies: tokens per second at batch 8 x 64 new tokens.
+"""Generation throughput: HFPolicy's static-cache decode loop against transformers ``generate``.
 
-    python bench/generation.py                       # HFPolicy: tiny and SmolLM2-135M
-    .venv-vllm/bin/python bench/generation.py        # also VLLMPolicy (vLLM CPU) and the vLLM/HF ratio
+    python bench/generation.py                          # anchor setting: tiny-anchor, 8 x 8 rollouts, 64 tokens
+    python bench/generation.py --models tiny-anchor,tiny,smollm2-135m --batch 64
+    .venv-vllm/bin/python bench/generation.py --vllm    # also VLLMPolicy (vLLM CPU)
 
-Each measurement is the median of ``--repeats`` timed batches after one warm-up
-batch; models run side by side in the same process so ratios share the machine's
-state. Tokens counted are the completion tokens actually generated (EOS included).
+Every measurement runs in a fresh process with an explicit torch thread count
+(``--threads``), and the contenders alternate round by round, so the machine's
+drifting load hits them alike; each process times ``--repeats`` batches after one
+warm-up batch and reports their median. The ratio ``static / generate`` is taken
+within each round, then the median over rounds is printed. Tokens counted are the
+completion tokens generated (EOS included). Both HF contenders draw the same tokens
+for the same seed (checked here: the runs' token counts must match).
+
+The anchor setting is the TRL comparison's (``bench/vs_trl.py``): the anchor's
+random-init Qwen2 (558,208 parameters) and tokenizer, a batch of G x P = 8 x 8
+rollouts of its prompts.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from agents import HFPolicy, SamplingParams, load_model  # noqa: E402
-from agents.models import TINY_VERSION, cache_dir  # noqa: E402
-from agents.vllm_policy import vllm_available  # noqa: E402
-
-PROMPTS = [
-    "Write a short story about a robot.",
-    "List five fruits.",
-    "What is the capital of France?",
-    "Explain recursion in one paragraph.",
-    "Translate 'good morning' into Spanish.",
-    "Give me a haiku about the sea.",
-    "How do I reverse a list in Python?",
-    "Name three planets.",
-]
+CONTENDERS = ("generate", "static")
 
 
-def measure(policy, batch: int, new_tokens: int, repeats: int) -> dict:
-    observations = [{"messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]} for i in range(batch)]
-    rates, tokens = [], []
+def _prompts(batch: int, group: int) -> list[dict]:
+    """``batch // group`` anchor-style prompts, each repeated ``group`` times (one group each)."""
+    tasks = max(1, batch // group)
+    return [
+        {"messages": [{"role": "user", "content": f"write a short string: {k}"}]}
+        for k in range(tasks)
+        for _ in range(group)
+    ][:batch]
+
+
+def child(contender: str, model_name: str, batch: int, group: int, new_tokens: int, repeats: int,
+          threads: int, out: str) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    from agents import HFPolicy, SamplingParams, load_model
+
+    model, tokenizer = load_model(model_name)
+    if contender == "vllm":
+        from agents import VLLMPolicy
+
+        folder = Path(tempfile.mkdtemp(prefix="bench-gen-"))
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        policy = VLLMPolicy(str(folder), tokenizer=tokenizer, dtype="float32", max_model_len=2048,
+                            enforce_eager=True, gpu_memory_utilization=0.15)
+    else:
+        policy = HFPolicy(model, tokenizer, decoder=contender)
+    observations = _prompts(batch, group)
+    rates, tokens, seconds = [], [], []
     for r in range(repeats + 1):
         sampling = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, seed=r)
         start = time.perf_counter()
         actions = policy.act(observations, sampling)
         elapsed = time.perf_counter() - start
         n = sum(len(a.completion_ids) for a in actions)
-        if r:  # the first batch warms caches and kernels
+        if r:  # the first batch warms caches
             rates.append(n / elapsed)
             tokens.append(n)
-    return {"tokens_per_s": statistics.median(rates), "tokens": statistics.median(tokens), "rates": rates}
+            seconds.append(elapsed)
+    Path(out).write_text(json.dumps({
+        "tokens_per_s": statistics.median(rates), "seconds": statistics.median(seconds), "tokens": tokens,
+    }))
+
+
+def _run_child(contender: str, model: str, args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(args.threads),
+               "MKL_NUM_THREADS": str(args.threads), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+        cmd = [sys.executable, __file__, "--child", contender, "--models", model, "--batch", str(args.batch),
+               "--group", str(args.group), "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats),
+               "--threads", str(args.threads), "--out", str(out)]
+        subprocess.run(cmd, check=True, cwd=ROOT, env=env, timeout=1800)
+        return json.loads(out.read_text())
+
+
+def versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    found = {}
+    for name in ("torch", "transformers", "accelerate", "vllm"):
+        try:
+            found[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return found
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--models", default="tiny-anchor")
+    parser.add_argument("--batch", type=int, default=64, help="rollouts per call (G x P)")
+    parser.add_argument("--group", type=int, default=8, help="G: rollouts per prompt")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--models", default="tiny,smollm2-135m")
-    parser.add_argument("--no-vllm", action="store_true", help="skip vLLM even where it is importable")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of each process")
+    parser.add_argument("--vllm", action="store_true", help="also VLLMPolicy (needs vLLM)")
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        child(args.child, args.models, args.batch, args.group, args.new_tokens, args.repeats, args.threads, args.out)
+        return 0
 
-    has_vllm, why = (False, "disabled") if args.no_vllm else vllm_available()
-    print(f"batch {args.batch} x {args.new_tokens} new tokens, median of {args.repeats}; vLLM: {'yes' if has_vllm else why}")
-    print(f"{'model':<16} {'backend':<6} {'tokens/s':>10} {'vLLM/HF':>8}")
-    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-        try:
-            model, tokenizer = load_model(name)
-        except ImportError as exc:
-            print(f"{name:<16} skipped: {exc}")
-            continue
-        hf = measure(HFPolicy(model, tokenizer), args.batch, args.new_tokens, args.repeats)
-        print(f"{name:<16} {'hf':<6} {hf['tokens_per_s']:>10.1f} {'':>8}", flush=True)
-        if has_vllm:
-            from agents import VLLMPolicy
-
-            folder = cache_dir() / "models"
-            path = folder / (f"tiny-v{TINY_VERSION}-seed0" if name == "tiny" else "smollm2-135m-instruct")
-            vllm_policy = VLLMPolicy(
-                str(path), tokenizer=tokenizer, dtype="float32", max_model_len=2048, enforce_eager=True,
-                gpu_memory_utilization=0.15,
-            )
-            vl = measure(vllm_policy, args.batch, args.new_tokens, args.repeats)
-            print(f"{name:<16} {'vllm':<6} {vl['tokens_per_s']:>10.1f} {vl['tokens_per_s'] / hf['tokens_per_s']:>8.2f}", flush=True)
-            vllm_policy.close()
+    contenders = list(CONTENDERS) + (["vllm"] if args.vllm else [])
+    load_before = os.getloadavg()
+    print(f"batch {args.batch} (G={args.group}) x {args.new_tokens} new tokens, {args.threads} torch thread(s), "
+          f"median of {args.repeats} batches per process, {args.rounds} rounds; load average "
+          f"{load_before[0]:.1f}; {versions()}", flush=True)
+    report: dict[str, dict] = {}
+    for model in [m.strip() for m in args.models.split(",") if m.strip()]:
+        runs: dict[str, list[dict]] = {c: [] for c in contenders}
+        for _ in range(args.rounds):
+            for contender in contenders:
+                runs[contender].append(_run_child(contender, model, args))
+        for g, s in zip(runs["generate"], runs["static"]):
+            if g["tokens"] != s["tokens"]:
+                print(f"warning: {model}: generate and static drew different token counts {g['tokens']} / {s['tokens']}")
+        ratios = [s["tokens_per_s"] / g["tokens_per_s"] for g, s in zip(runs["generate"], runs["static"])]
+        row = {c: {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in rs),
+                   "seconds_per_batch": statistics.median(r["seconds"] for r in rs),
+                   "rounds": [r["tokens_per_s"] for r in rs]} for c, rs in runs.items()}
+        row["static_over_generate"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+        if "vllm" in runs:
+            row["vllm_over_generate"] = statistics.median(
+                v["tokens_per_s"] / g["tokens_per_s"] for g, v in zip(runs["generate"], runs["vllm"]))
+        report[model] = row
+        for c in contenders:
+            print(f"{model:<14} {c:<9} {row[c]['tokens_per_s']:>9.1f} tokens/s  {row[c]['seconds_per_batch']:.3f} s/batch")
+        r = row["static_over_generate"]
+        print(f"{model:<14} static / generate: {r['median']:.2f}x (rounds {r['min']:.2f}-{r['max']:.2f})", flush=True)
+    load_after = os.getloadavg()
+    print(f"load average after: {load_after[0]:.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": report, "load_average": [load_before[0], load_after[0]],
+                                               "versions": versions(), "args": vars(args)}, indent=2))
     return 0
 
 
