@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import corrgrpo_envs
-from agents import Episode, HFPolicy, RandomPolicy, ReferencePolicy, SamplingParams, load_model
+from agents import HFPolicy, RandomPolicy, ReferencePolicy, SamplingParams, load_model
 
 try:
     from corrgrpo_envs.vector import GroupedVectorEnv
@@ -27,20 +27,17 @@ def make_vector(env_id: str, num_groups: int, group_size: int):
 
 
 def play(venv, policy, max_turns: int, sampling=None, task_ids=None):
-    """Roll every member until it finishes (or ``max_turns``); returns the episodes."""
-    obs, infos = venv.reset(task_ids=task_ids, seed=0)
-    episodes = [Episode(task_id=info["task_id"]) for info in infos]
-    for _ in range(max_turns):
-        live = [i for i in range(venv.num_envs) if venv.active[i]]
-        if not live:
-            break
-        actions = policy.act([obs[i] for i in live], sampling, episodes=[episodes[i] for i in live])
-        step = [None] * venv.num_envs
-        for i, action in zip(live, actions):
-            step[i] = action.text
-        obs, rewards, terminated, truncated, infos = venv.step(step)
-        assert rewards.shape == (venv.num_envs, venv.num_rewards) and rewards.dtype == np.float32
-    return episodes
+    """Roll every member until it finishes (or ``max_turns``) with the trainer's rollout loop."""
+    from trainer.rollout import play_episodes
+
+    if task_ids is None:  # the same draw as venv.reset(seed=0)
+        picks = np.random.default_rng(0).choice(
+            len(venv.task_ids), size=venv.num_groups, replace=len(venv.task_ids) < venv.num_groups
+        )
+        task_ids = [venv.task_ids[int(j)] for j in picks]
+    batch = play_episodes(venv, policy.act, task_ids, sampling or SamplingParams(), max_turns)
+    assert batch.rewards.shape == (venv.num_envs, venv.num_rewards) and batch.rewards.dtype == np.float32
+    return batch.episodes
 
 
 @pytest.fixture(scope="module")
