@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -47,6 +48,7 @@ def test_readme_custom_env_registers_and_steps():
     assert u.metrics(records) == {"polite": 0.5, "brief": 1.0, "total": 1.0}  # weights 1, 0.5
 
 
+@pytest.mark.filterwarnings("ignore:.*Overriding environment readmetest/Polite-v0")  # the block ran before
 def test_readme_custom_env_trains_and_evaluates_through_the_cli(tmp_path, monkeypatch):
     """The README's env as ``mypkg/envs.py`` and its YAML: ``corrgrpo train`` then ``corrgrpo eval``."""
     from trainer.cli import main
