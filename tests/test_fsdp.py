@@ -84,10 +84,9 @@ def test_gpu_config_is_the_tested_cpu_config_on_gpus():
 
 def test_unsharded_model_helpers_are_plain():
     from agents import load_model
-    from trainer.fsdp import as_float, full_state_dict, is_sharded
+    from trainer.fsdp import full_state_dict, is_sharded
 
     model, _ = load_model("tiny")
     assert not is_sharded(model)
     state = full_state_dict(model)
     assert state.keys() == model.state_dict().keys()
-    assert as_float(torch.tensor(2.5)) == 2.5

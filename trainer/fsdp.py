@@ -32,7 +32,6 @@ __all__ = [
     "full_state_dict",
     "save_sharded_state",
     "load_sharded_state",
-    "as_float",
     "SHARDED_DIR",
 ]
 
@@ -132,10 +131,3 @@ def load_sharded_state(path: str | Path, model: torch.nn.Module, optimizer: torc
         model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
     )
 
-
-def as_float(value: Any) -> float:
-    """A Python float of a number, tensor or (replicated) DTensor such as FSDP2's gradient norm."""
-    full = getattr(value, "full_tensor", None)
-    if callable(full):
-        value = full()
-    return float(value)
