@@ -1,4 +1,4 @@
-"""Run a few training steps and dump advantages and parameters (for the 2-process test).
+"""Run a few training steps and dump advantages, logged records and parameters (2-process test).
 
 Usage: ``[accelerate launch --multi_gpu --num_processes 2] python tests/distributed_check.py OUT.pt``
 """
@@ -21,7 +21,7 @@ def main(out: str) -> None:
             "model": {"name_or_path": "tiny"},
             "algorithm": {"estimator": "corrgrpo", "group_size": 4, "prompts_per_step": 4},
             "rollout": {"max_new_tokens": 8, "groups_per_generate": 1},
-            "optim": {"lr": 1e-3},
+            "optim": {"lr": 1e-3, "epochs": 2, "micro_batch_size": 3},
             "train": {
                 "steps": 3, "seed": 5, "split": "all", "progress": False, "tensorboard": False,
                 "save_final": False, "cpu": True, "output_dir": out + ".run", "log_samples": 0,
@@ -29,13 +29,15 @@ def main(out: str) -> None:
         }
     )
     trainer = Trainer(cfg)
-    advantages = []
+    advantages, records = [], []
     for step in range(cfg.train.steps):
-        trainer.train_step(step)
+        records.append(trainer.train_step(step))
         advantages.append(trainer.last_advantages.clone())
     if trainer.accelerator.is_main_process:
         params = {k: v.detach().clone() for k, v in trainer.unwrapped.state_dict().items()}
-        torch.save({"advantages": advantages, "params": params, "world": trainer.world}, out)
+        torch.save(
+            {"advantages": advantages, "records": records, "params": params, "world": trainer.world}, out
+        )
     trainer.accelerator.wait_for_everyone()
     trainer.venv.close()
 

@@ -157,6 +157,13 @@ def test_two_processes_match_one(tmp_path):
     assert a["world"] == 1 and b["world"] == 2
     for x, y in zip(a["advantages"], b["advantages"]):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+    # logged metrics are whole-batch values reduced over processes: the same numbers
+    keys = ["loss/clip_fraction", "loss/ratio_mean", "loss/ratio_max", "entropy",
+            "mismatch/abs_mean", "mismatch/max", "grad_norm", "reward/weighted/mean"]
+    for one_rec, two_rec in zip(a["records"], b["records"]):
+        assert one_rec["loss/ratio_max"] > 1.0  # the second epoch moved away from the sampler
+        for key in keys:
+            assert two_rec[key] == pytest.approx(one_rec[key], rel=1e-3, abs=1e-6), key
     # Summation order differs (DDP all-reduce vs one batch), about 1e-9 in the gradients;
     # Adam's normalisation turns that into up to ~1e-5 in weights of size ~0.1 after
     # 3 steps of lr 1e-3 (an update of ~3e-3 per weight): agreement to ~0.3 % of an update.
