@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from corrgrpo_envs.sandbox import (
@@ -12,17 +15,19 @@ from corrgrpo_envs.sandbox import (
     make_sandbox,
 )
 from corrgrpo_envs.sandbox.docker import docker_available
+from corrgrpo_envs.sandbox.process import SandboxDowngrade
 
 LIMITS = Limits(timeout=2.0)
 
 
-@pytest.fixture(scope="module", params=["process-fork", "process-fresh", "bwrap-fork", "bwrap-fresh"])
+@pytest.fixture(scope="module", params=["process-fork", "process-fresh", "bwrap-fork", "bwrap-fresh",
+                                        "docker-fork", "docker-fresh"])
 def sandbox(request):
     backend, reuse = request.param.split("-")
     try:
         box = make_sandbox(backend, LIMITS, reuse=reuse)
     except SandboxUnavailable as exc:
-        pytest.skip(str(exc))
+        pytest.skip(f"{backend} backend: {exc}")
     if reuse == "fork" and not box.forking:
         pytest.skip("fork servers need namespaces, unavailable here")
     yield box
@@ -124,12 +129,54 @@ _DOCKER_OK, _DOCKER_REASON = docker_available()
 
 @pytest.mark.skipif(not _DOCKER_OK, reason=f"docker backend: {_DOCKER_REASON}")
 def test_docker_backend_runs_and_isolates():
-    with make_sandbox("docker", LIMITS, containers=1) as box:
+    with make_sandbox("docker", LIMITS) as box:
         assert box.run("print(1)").stdout.strip() == "1"
         assert box.run("assert False").status == "assertion"
         assert box.run("while True: pass").status == "timeout"
         net = box.run("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=1)")
         assert net.status.startswith("error:")
+        assert box.run("print(2)").stdout == "2\n"
+
+
+def test_docker_missing_image_says_how_to_build_one():
+    ok, reason = docker_available("corrgrpo/no-such-image:never")
+    assert not ok
+    assert "docker_engine.sh" in reason
+
+
+@pytest.fixture(scope="module")
+def venv_under_tmp(tmp_path_factory):
+    """An interpreter living under /tmp (a folder every sandbox covers with its own tmpfs)."""
+    root = tmp_path_factory.mktemp("venv-under-tmp")
+    assert str(root).startswith("/tmp/")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True,
+                   timeout=120)
+    (root / "lib").mkdir()
+    (root / "lib" / "extra_module_under_tmp.py").write_text("VALUE = 42\n")
+    return root
+
+
+@pytest.mark.parametrize("backend", ["process", "bwrap"])
+@pytest.mark.parametrize("reuse", ["fork", "fresh"])
+def test_interpreter_and_paths_under_tmp_stay_visible(venv_under_tmp, backend, reuse):
+    python = str(venv_under_tmp / "venv" / "bin" / "python")
+    try:
+        box = make_sandbox(backend, LIMITS, python=python, paths=[str(venv_under_tmp / "lib")],
+                           reuse=reuse)
+    except SandboxUnavailable as exc:
+        pytest.skip(f"{backend} backend: {exc}")
+    with box:
+        result = box.run("import sys, extra_module_under_tmp as m\nprint(sys.executable, m.VALUE)\n"
+                         "open('/tmp/work/x', 'w').write('fine')")
+    assert result.status == "ok", result.stderr
+    assert result.stdout.split() == [python, "42"]
+
+
+def test_auto_says_loudly_why_it_does_not_use_bwrap():
+    with pytest.warns(SandboxDowngrade, match="bwrap unavailable") as caught:
+        box = make_sandbox("auto", LIMITS, python="/nonexistent/bin/python3")
+    assert box.name == "process"
+    assert "python3" in str(caught[0].message) or "bubblewrap" in str(caught[0].message)
 
 
 def test_docker_unavailable_raises_clearly():

@@ -1,5 +1,5 @@
-"""Untrusted programs that attack the host: each is contained on the process and bwrap backends,
-with fresh interpreters and with fork servers."""
+"""Untrusted programs that attack the host: each is contained on the process, bwrap and docker
+backends, with fresh interpreters and with fork servers. The host runs as root here (as in CI)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from corrgrpo_envs.sandbox import Limits, make_sandbox
-from corrgrpo_envs.sandbox.bwrap import bwrap_available
+from corrgrpo_envs.sandbox.bwrap import bwrap_unavailable_reason
+from corrgrpo_envs.sandbox.docker import docker_available
 from corrgrpo_envs.sandbox.process import ProcessSandbox
 
 LIMITS = Limits(timeout=2.0, memory_mb=256, file_size_mb=4, processes=32, output_bytes=1 << 16)
@@ -20,11 +21,12 @@ LIMITS = Limits(timeout=2.0, memory_mb=256, file_size_mb=4, processes=32, output
 
 def _backends() -> list:
     params = []
-    reason = "" if bwrap_available() else "bubblewrap missing or cannot create namespaces here"
+    skips = {"bwrap": bwrap_unavailable_reason(), "docker": docker_available()[1]}
     for reuse in ("fork", "fresh"):
-        params.append(pytest.param(("process", reuse), id=f"process-{reuse}"))
-        params.append(pytest.param(("bwrap", reuse), id=f"bwrap-{reuse}",
-                                   marks=pytest.mark.skipif(bool(reason), reason=reason or "ok")))
+        for backend in ("process", "bwrap", "docker"):
+            reason = skips.get(backend, "")
+            params.append(pytest.param((backend, reuse), id=f"{backend}-{reuse}",
+                                       marks=pytest.mark.skipif(bool(reason), reason=reason or "ok")))
     return params
 
 
@@ -88,9 +90,12 @@ def _assert_servers_hold_no_program(box) -> None:
 
 
 def _sandbox_pids() -> list[int]:
+    """Sandboxed processes started by this test process (other processes on the machine may run
+    sandboxes of their own)."""
     pids = []
+    mine = set(_descendants(os.getpid()))
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) not in mine:
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes()
@@ -220,3 +225,99 @@ def test_children_left_behind_are_killed(sandbox):
     assert result.status == "ok"
     assert time.perf_counter() - start < LIMITS.timeout
     # The fixture checks that no sandboxed process is left.
+
+
+def _run_ok(sandbox, program: str) -> str:
+    result = sandbox.run(program)
+    assert result.status == "ok", (result.status, result.stderr)
+    return result.stdout
+
+
+def test_kernel_settings_root_files_and_devices_are_out_of_reach(sandbox):
+    program = (
+        "import os\nout = []\n"
+        "paths = [('/proc/sys/kernel/core_pattern', 'w'), ('/proc/sys/fs/lease-break-time', 'w'),"
+        " ('/proc/sysrq-trigger', 'w'), ('/etc/shadow', 'r')] + [('/proc/1/mem', 'r')] * (os.getpid() != 1)\n"
+        "for path, mode in paths:\n"
+        "    try:\n        open(path, mode).close(); out.append(path)\n"
+        "    except OSError:\n        pass\n"
+        "print(out)\nprint(sorted(os.listdir('/dev')))\n"
+        "open('/dev/null', 'w').write('x'); assert len(open('/dev/urandom', 'rb').read(8)) == 8\n"
+    )
+    reachable, devices = _run_ok(sandbox, program).splitlines()
+    assert reachable == "[]"
+    devices = set(eval(devices))
+    assert {"null", "zero", "random", "urandom"} <= devices
+    if sandbox.name == "docker":  # docker's own private /dev (pts, tty, full, mqueue)
+        assert devices <= {"fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm", "stderr",
+                           "stdin", "stdout", "tty", "urandom", "zero"}
+    else:
+        assert devices == {"fd", "null", "random", "shm", "stderr", "stdin", "stdout", "urandom", "zero"}
+
+
+HOST_UID = """
+import os
+def host(inside, table):
+    for line in open(table):
+        first, outside, count = map(int, line.split())
+        if first <= inside < first + count:
+            return outside + inside - first
+print(([host(u, "/proc/self/uid_map") for u in os.getresuid()],
+       [host(g, "/proc/self/gid_map") for g in (*os.getresgid(), *os.getgroups())]))
+"""
+
+
+def test_programs_never_run_as_host_root(sandbox):
+    uids, gids = eval(_run_ok(sandbox, HOST_UID))
+    assert all(u not in (0, None) for u in uids), uids  # None: unmapped, i.e. not root either
+    assert 0 not in gids
+    if os.geteuid() == 0:  # a fresh uid per sandbox: none of the host's accounts
+        assert all(u >= 1 << 30 for u in uids), uids
+
+
+PTRACE = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+out = []
+for target in sorted({1, os.getppid()} - {0, os.getpid()}):
+    for request in (16, 0x4206):  # PTRACE_ATTACH, PTRACE_SEIZE
+        out.append(libc.ptrace(request, target, None, None))
+print(out)
+"""
+
+
+def test_pid_1_and_the_server_cannot_be_traced(sandbox):
+    out = eval(_run_ok(sandbox, PTRACE))
+    assert all(code == -1 for code in out), out
+    assert _run_ok(sandbox, "print('next')") == "next\n"
+
+
+def test_process_count_is_capped_for_the_whole_sandbox(sandbox):
+    program = (
+        "import os, time\nchildren = 0\n"
+        "for _ in range(200):\n"
+        "    try:\n        pid = os.fork()\n    except OSError:\n        break\n"
+        "    if pid == 0:\n        time.sleep(5)\n        os._exit(0)\n"
+        "    children += 1\n"
+        "print(children)\n"
+    )
+    children = int(_run_ok(sandbox, program))
+    assert 4 <= children < LIMITS.processes, children
+
+
+def test_every_writable_place_is_size_capped(sandbox):
+    program = (
+        "import os\nwritten = {}\nblock = b'x' * (1 << 20)\n"
+        "for n, folder in enumerate(('/tmp', '/tmp/work', '/var/tmp', '/dev/shm', os.path.expanduser('~'),\n"
+        f"                            '/root', {str(Path.home())!r}, '/dev', '/')):\n"
+        "    for i in range(64):\n"
+        "        try:\n            with open(os.path.join(folder, 'fill-%d-%d' % (n, i)), 'wb') as f:\n"
+        "                f.write(block)\n"
+        "        except OSError:\n            break\n"
+        "        written[os.stat(folder).st_dev] = written.get(os.stat(folder).st_dev, 0) + 1\n"
+        "print(sorted(written.values()))\n"
+    )
+    per_mount = eval(_run_ok(sandbox, program))
+    assert len(per_mount) == 3, per_mount  # /tmp, /var/tmp and /dev/shm, nothing else
+    assert all(mb <= LIMITS.file_size_mb for mb in per_mount), per_mount

@@ -31,9 +31,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.code_command == "sandboxes":
         from corrgrpo_envs.sandbox import available_backends
+        from corrgrpo_envs.sandbox.hostuser import host_is_root
 
-        for name, reason in available_backends().items():
+        report = available_backends()
+        for name, reason in report.items():
             print(f"{name:8s} {'ok' if not reason else 'unavailable: ' + reason}")
+        chosen = "bwrap" if not report["bwrap"] else "process"
+        why = "" if chosen == "bwrap" else f" (bwrap: {report['bwrap']})"
+        print(f"auto     -> {chosen}{why}")
+        print("programs run as " + ("a fresh unprivileged host uid per sandbox (host is root)"
+                                    if host_is_root() else "this user, inside a user namespace"))
         return 0
     return _precompute(args)
 

@@ -43,13 +43,19 @@ BACKENDS = ("process", "bwrap", "docker")
 def make_sandbox(backend: str = "auto", limits: Limits | None = None, **kwargs: Any) -> Sandbox:
     """A sandbox by name: ``auto``, ``process``, ``bwrap`` or ``docker``.
 
-    ``auto`` is ``bwrap`` when bubblewrap works on this machine, else ``process``.
-    Raises :class:`SandboxUnavailable` when the named backend cannot run here.
+    ``auto`` is ``bwrap`` when bubblewrap works on this machine, else ``process``
+    (with a :class:`~corrgrpo_envs.sandbox.process.SandboxDowngrade` warning that
+    says why bubblewrap does not work). Raises :class:`SandboxUnavailable` when the
+    named backend cannot run here.
     """
     if backend == "auto":
-        from corrgrpo_envs.sandbox.bwrap import bwrap_available
+        from corrgrpo_envs.sandbox.bwrap import bwrap_unavailable_reason
+        from corrgrpo_envs.sandbox.process import isolation_warning
 
-        backend = "bwrap" if bwrap_available(kwargs.get("python")) else "process"
+        reason = bwrap_unavailable_reason(kwargs.get("python"))
+        backend = "process" if reason else "bwrap"
+        if reason:
+            isolation_warning("bwrap", "the process backend", reason)
     if backend == "process":
         from corrgrpo_envs.sandbox.process import ProcessSandbox
 
@@ -67,12 +73,17 @@ def make_sandbox(backend: str = "auto", limits: Limits | None = None, **kwargs: 
 
 def available_backends() -> dict[str, str]:
     """Each backend -> ``""`` when it works here, else the reason it does not."""
-    from corrgrpo_envs.sandbox.bwrap import bwrap_available
+    import warnings
+
+    from corrgrpo_envs.sandbox.bwrap import bwrap_unavailable_reason
     from corrgrpo_envs.sandbox.docker import docker_available
     from corrgrpo_envs.sandbox.process import ProcessSandbox
 
     process = ProcessSandbox()
-    out = {"process": "" if process.isolation == "namespaces" else "limits only: unshare unavailable"}
-    out["bwrap"] = "" if bwrap_available() else "bubblewrap missing or cannot create namespaces"
+    with warnings.catch_warnings():  # the reason is the answer here, not a warning
+        warnings.simplefilter("ignore")
+        namespaces = process.isolation == "namespaces"
+    out = {"process": "" if namespaces else f"limits only: {process.reason}"}
+    out["bwrap"] = bwrap_unavailable_reason()
     out["docker"] = docker_available()[1]
     return out

@@ -1,19 +1,32 @@
 """The ``bwrap`` backend: bubblewrap around a fresh interpreter.
 
 ``bwrap`` (``apt-get install bubblewrap``) builds the sandbox before the
-interpreter starts: the host's root bound read-only, private ``/tmp``,
-``/var/tmp``, ``/dev`` and ``/proc``, the home folder hidden, new user, pid,
-network, IPC and UTS namespaces, uid/gid 65534 inside, a new session, and the
-sandbox dies with its parent. The runner then only sets resource limits.
+interpreter starts: the host's root bound read-only, a private ``/dev`` with
+only ``null``, ``zero``, ``random`` and ``urandom`` (read-only, plus a
+size-capped ``/dev/shm``), a private ``/proc`` (bubblewrap keeps ``/proc/sys``
+read-only), size-capped private ``/tmp`` and ``/var/tmp``, home folders hidden
+by empty read-only tmpfs, new user, pid, network, IPC and UTS namespaces,
+uid/gid 65534 inside, a new session, and the sandbox dies with its parent. The
+program (fresh) or the fork server is the namespace's pid 1: there is no
+bubblewrap init a program could ptrace.
+
+As the host's root, bubblewrap itself runs as a fresh unprivileged host uid
+(:func:`~corrgrpo_envs.sandbox.hostuser.sandbox_uid`), so uid 65534 inside maps
+to that uid, never to root. The folders the interpreter needs (it may live
+under ``/root`` or ``/tmp``) are first bound, by root in a private mount
+namespace, under a world-readable staging tmpfs, and bubblewrap binds them from
+there read-only at their own paths.
 
 With ``reuse="auto"`` (default) or ``"fork"``, each worker keeps one such sandbox
 alive with a fork server inside (:mod:`corrgrpo_envs.sandbox.forkserver`) and
-programs run in forked children; ``reuse="fresh"`` starts bubblewrap and a new
-interpreter per program.
+programs run in forked children, each in its own mount and IPC namespaces;
+``reuse="fresh"`` starts bubblewrap and a new interpreter per program.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
 import threading
 
@@ -26,25 +39,52 @@ from corrgrpo_envs.sandbox.base import (
     runner_command,
 )
 from corrgrpo_envs.sandbox.forkserver import ForkingSandbox
-from corrgrpo_envs.sandbox.process import hidden_paths, keep_visible
+from corrgrpo_envs.sandbox.hostuser import host_is_root, sandbox_uid
+from corrgrpo_envs.sandbox.process import (
+    COVERED,
+    PRIVATE_TMPFS,
+    hidden_paths,
+    interpreter_roots,
+    keep_visible,
+)
 
-__all__ = ["BwrapSandbox", "bwrap_available"]
+__all__ = ["BwrapSandbox", "bwrap_available", "bwrap_unavailable_reason"]
 
-_PROBE: dict[str, bool] = {}
+_PROBE: dict[str, str] = {}
 _PROBE_LOCK = threading.Lock()
+
+#: Capability numbers -> names for bubblewrap's --cap-add (what a fork server keeps).
+_CAP_NAMES = {0: "CAP_CHOWN", 1: "CAP_DAC_OVERRIDE", 3: "CAP_FOWNER", 5: "CAP_KILL",
+              6: "CAP_SETGID", 7: "CAP_SETUID", 8: "CAP_SETPCAP", 21: "CAP_SYS_ADMIN"}
+
+#: Where, as root, the interpreter's folders are staged for bubblewrap (first free one).
+_STAGING = ("/mnt", "/media", "/srv", "/opt")
+
+
+def bwrap_unavailable_reason(python: str | None = None) -> str:
+    """``""`` when bubblewrap works here for ``python``, else exactly why not (probed once)."""
+    sandbox = BwrapSandbox(python=python, reuse="fresh", _probe=False)
+    with _PROBE_LOCK:
+        if sandbox.python not in _PROBE:
+            reason = ""
+            if not shutil.which("bwrap"):
+                reason = "bubblewrap is not installed (apt-get install bubblewrap)"
+            else:
+                try:
+                    result = sandbox.run("print('ok')", Limits(timeout=10))
+                except SandboxUnavailable as exc:
+                    reason = str(exc)
+                else:
+                    if result.status != "ok" or result.stdout.strip() != "ok":
+                        reason = (f"a probe program inside bubblewrap got {result.status!r}: "
+                                  f"{(result.stderr.strip() or result.stdout.strip())[-400:]!r}")
+            _PROBE[sandbox.python] = reason
+        return _PROBE[sandbox.python]
 
 
 def bwrap_available(python: str | None = None) -> bool:
     """Whether ``bwrap`` is installed and can start a sandbox here (probed once per interpreter)."""
-    sandbox = BwrapSandbox(python=python, reuse="fresh", _probe=False)
-    with _PROBE_LOCK:
-        if sandbox.python not in _PROBE:
-            ok = False
-            if shutil.which("bwrap"):
-                result = sandbox.run("print('ok')", Limits(timeout=10))
-                ok = result.status == "ok" and result.stdout.strip() == "ok"
-            _PROBE[sandbox.python] = ok
-        return _PROBE[sandbox.python]
+    return not bwrap_unavailable_reason(python)
 
 
 class BwrapSandbox(ForkingSandbox):
@@ -69,39 +109,81 @@ class BwrapSandbox(ForkingSandbox):
         super().__init__(limits, python, paths, reuse, max_programs)
         self.uid = int(uid)
         self._bwrap = shutil.which("bwrap")
-        if _probe and not bwrap_available(self.python):
-            raise SandboxUnavailable(
-                "bubblewrap is not installed or cannot create namespaces here "
-                "(apt-get install bubblewrap; user namespaces must be enabled)"
-            )
+        if _probe:
+            reason = bwrap_unavailable_reason(self.python)
+            if reason:
+                raise SandboxUnavailable(f"the bwrap sandbox cannot run here: {reason}")
 
     def command(self, limits: Limits) -> list[str]:
         """The full ``bwrap ... python -I -S -c RUNNER`` command line of a fresh run."""
-        return [*self._server_prefix(limits), *runner_command(self.python)]
+        return [*self._prefix(limits, fork=False), *runner_command(self.python)]
 
     def _server_prefix(self, limits: Limits) -> list[str]:
-        """``bwrap`` and its options: everything before the interpreter."""
+        return self._prefix(limits, fork=True)
+
+    def _server_config(self, limits: Limits) -> dict:
+        """The server keeps what it needs to give each child fresh mount and IPC namespaces."""
+        return {"drop_caps": True, "fresh_tmpfs": list(PRIVATE_TMPFS),
+                "tmpfs_bytes": int(limits.file_size_mb) << 20, "keep": self._keeps()}
+
+    def _keeps(self) -> list[str]:
+        """Folders the program must see that something of the sandbox covers."""
+        return keep_visible([*hidden_paths(), *COVERED], self.python, self.paths)
+
+    def _prefix(self, limits: Limits, fork: bool) -> list[str]:
+        """``bwrap`` and its options (behind a root-only staging step as root): all before python."""
         if not self._bwrap:
             raise SandboxUnavailable("bwrap is not installed (apt-get install bubblewrap)")
         size = str(int(limits.file_size_mb) << 20)
-        cmd = [
-            self._bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/var/tmp",
-        ]
+        as_root = host_is_root()
         hidden = hidden_paths()
-        for path in hidden:
-            cmd += ["--tmpfs", path]
-        for path in keep_visible(hidden, self.python, self.paths):
-            cmd += ["--ro-bind", path, path]
+        # As root every folder the interpreter needs is staged (its parents may be root-only);
+        # as a user only those that the sandbox's own mounts cover are bound again.
+        keeps = sorted(set(interpreter_roots(self.python)) | set(self.paths)) if as_root \
+            else self._keeps()
+        staging = ""
+        if as_root and keeps:
+            staging = next((d for d in _STAGING if os.path.isdir(d) and not any(
+                k == d or k.startswith(d + "/") for k in keeps)), "")
+            if not staging:
+                raise SandboxUnavailable(f"no folder to stage the interpreter in (one of {_STAGING})")
+        cmd = [
+            self._bwrap, "--ro-bind", "/", "/", "--proc", "/proc",
+            "--size", "65536", "--tmpfs", "/dev",
+        ]
+        for dev in ("null", "zero", "random", "urandom"):
+            cmd += ["--dev-bind", f"/dev/{dev}", f"/dev/{dev}"]
+        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+            cmd += ["--symlink", target, f"/dev/{name}"]
+        for point in PRIVATE_TMPFS:
+            cmd += ["--size", size, "--perms", "1777", "--tmpfs", point]
+        cmd += ["--remount-ro", "/dev"]
+        covers = [*hidden, *([staging] if staging else [])]
+        for path in covers:
+            cmd += ["--size", "65536", "--perms", "0755", "--tmpfs", path]
+        for i, path in enumerate(keeps):
+            cmd += ["--ro-bind", f"{staging}/{i}" if staging else path, path]
+        for path in covers:
+            cmd += ["--remount-ro", path]
         cmd += [
             "--dir", SANDBOX_CWD, "--chdir", SANDBOX_CWD,
             "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--uid", str(self.uid), "--gid", str(self.uid),
-            "--new-session", "--die-with-parent", "--cap-drop", "ALL",
+            "--new-session", "--die-with-parent", "--as-pid-1",
+        ]
+        if fork:
+            for cap in sorted(_CAP_NAMES):
+                cmd += ["--cap-add", _CAP_NAMES[cap]]
+        else:
+            cmd += ["--cap-drop", "ALL"]
+        cmd += [
             "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
             "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
         ]
-        return cmd
+        if not as_root:
+            return cmd
+        return [*_root_staging(staging, keeps, sandbox_uid()), *cmd]
 
     def run(self, program: str, limits: Limits | None = None) -> RunResult:
         limits = limits or self.limits
@@ -111,3 +193,19 @@ class BwrapSandbox(ForkingSandbox):
                 return result
         header = self._header(new_token(), limits, cwd=SANDBOX_CWD)
         return self._run_command(self.command(limits), header, program, limits)
+
+
+def _root_staging(staging: str, keeps: list[str], uid: int) -> list[str]:
+    """As root: a private mount namespace where ``keeps`` are bound under ``staging``, then
+    ``bwrap`` runs as the unprivileged host ``uid`` (so nothing in the sandbox is root)."""
+    unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
+    if not unshare or not setpriv:
+        raise SandboxUnavailable("as root the bwrap backend needs unshare and setpriv (util-linux)")
+    lines = ["set -e"]
+    if keeps:
+        lines.append(f"mount -t tmpfs -o size=65536,mode=755 corrgrpo-staging {shlex.quote(staging)}")
+        for i, path in enumerate(keeps):
+            lines.append(f"mkdir {staging}/{i} && mount --bind {shlex.quote(path)} {staging}/{i}")
+    lines.append(f'exec {setpriv} --reuid={uid} --regid={uid} --clear-groups -- "$@"')
+    return [unshare, "--mount", "--propagation", "private", "/bin/sh", "-c", "\n".join(lines),
+            "corrgrpo-bwrap"]

@@ -40,6 +40,7 @@ import socket
 import subprocess
 import threading
 import time
+import warnings
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -99,32 +100,52 @@ class ForkServer:
 
     Args:
         command: builds the full command line (sandbox prefix + :func:`server_command`)
-            from the fd number of the server's end of the control socket.
+            from the fd number of the server's end of the control socket (or from
+            ``listen``, when given).
         backend: the backend name put in results.
         start_timeout: seconds to wait for the server to report ready.
+        listen: a socket path the server connects to instead of inheriting an fd
+            (a container cannot inherit one; the path must be reachable only by it).
+        on_close: called once the server is killed (e.g. to remove its container).
     """
 
-    def __init__(self, command: Callable[[int], list[str]], backend: str,
-                 start_timeout: float = 30.0):
+    def __init__(self, command: Callable[[int | str], list[str]], backend: str,
+                 start_timeout: float = 30.0, listen: str | None = None,
+                 on_close: Callable[[], None] | None = None):
         self.backend = backend
         self.programs = 0
         self.healthy = True
-        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._on_close = on_close
+        listener = theirs = None
+        if listen is None:
+            self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        else:
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            listener.bind(listen)
+            os.chmod(listen, 0o777)  # its folder decides who can reach it
+            listener.listen(1)
         try:
             self.proc = _spawn(
-                command(theirs.fileno()), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE, env=dict(MINIMAL_ENV), cwd="/", pass_fds=(theirs.fileno(),),
-                start_new_session=True, close_fds=True,
+                command(theirs.fileno() if theirs else str(listen)), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(MINIMAL_ENV), cwd="/",
+                pass_fds=(theirs.fileno(),) if theirs else (), start_new_session=True, close_fds=True,
             )
         except OSError as exc:
-            self._sock.close()
+            (listener or self._sock).close()
             raise SandboxUnavailable(f"cannot start the fork server: {exc}") from exc
         finally:
-            theirs.close()
+            if theirs is not None:
+                theirs.close()
+        if listener is not None:
+            self._sock = _accept_within(listener, start_timeout)
         ready = _recv_within(self._sock, start_timeout)
         if ready != b"ready":
-            self.close()
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
             err = self.proc.stderr.read().decode("utf-8", "replace") if self.proc.stderr else ""
+            self.close()
             raise SandboxUnavailable(f"the fork server did not start: {err.strip()[-2000:]!r}")
         assert self.proc.stderr is not None
         self.proc.stderr.close()  # the server itself never writes there once ready
@@ -264,6 +285,22 @@ class ForkServer:
             self.proc.wait()
         if self.proc.stderr is not None:
             self.proc.stderr.close()
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
+
+
+def _accept_within(listener: socket.socket, seconds: float) -> socket.socket:
+    """The server's connection to ``listener`` (a closed socket when none came in time)."""
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ)
+    try:
+        if sel.select(timeout=seconds):
+            return listener.accept()[0]
+        return socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # recv fails: not ready
+    finally:
+        sel.close()
+        listener.close()
 
 
 def _recv_within(sock: socket.socket, seconds: float) -> bytes:
@@ -428,6 +465,10 @@ class ForkingSandbox(Sandbox):
                 return result
             except SandboxUnavailable as exc:
                 reason = str(exc)
+                if self.reuse == "auto":
+                    warnings.warn(f"sandbox {self.name}: fork servers unavailable, every program "
+                                  f"starts a fresh sandbox instead (slower): {reason}",
+                                  RuntimeWarning, stacklevel=3)
         if self.reuse == "fork":
             return RunResult("sandbox_error", stderr=reason, backend=self.name, extra={"reuse": "fork"})
         self._fork_error = reason

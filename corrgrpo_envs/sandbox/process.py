@@ -28,6 +28,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 from corrgrpo_envs.sandbox.base import (
@@ -38,13 +39,19 @@ from corrgrpo_envs.sandbox.base import (
     runner_command,
 )
 from corrgrpo_envs.sandbox.forkserver import ForkingSandbox
+from corrgrpo_envs.sandbox.hostuser import host_is_root, sandbox_uid
 
-__all__ = ["ProcessSandbox", "hidden_paths", "interpreter_roots"]
+__all__ = ["ProcessSandbox", "SandboxDowngrade", "hidden_paths", "interpreter_roots",
+           "isolation_warning"]
 
 
 def interpreter_roots(python: str) -> list[str]:
     """Folders the sandboxed interpreter needs to see (its prefixes and executable)."""
     roots = {sys.base_prefix, sys.prefix, sys.exec_prefix, str(Path(python).resolve().parent)}
+    here = Path(python).absolute().parent  # the path it is started by (a venv's bin/, a link)
+    roots.add(str(here))
+    if (here.parent / "pyvenv.cfg").is_file():  # a venv: python reads its pyvenv.cfg
+        roots.add(str(here.parent))
     return sorted(r for r in roots if r)
 
 
@@ -61,6 +68,23 @@ def keep_visible(hidden: list[str], python: str, extra: list[str]) -> list[str]:
         if any(root == h or root.startswith(h.rstrip("/") + "/") for h in hidden):
             keep.append(root)
     return sorted(set(keep))
+
+
+#: Folders every sandbox replaces with its own empty, size-capped tmpfs (writable).
+PRIVATE_TMPFS = ("/tmp", "/var/tmp", "/dev/shm")
+
+#: Folders covered by something of the sandbox's own: a kept folder under one is bound again.
+COVERED = (*PRIVATE_TMPFS, "/dev", "/proc")
+
+
+def isolation_warning(wanted: str, got: str, reason: str) -> None:
+    """Say loudly that a sandbox runs with less isolation than asked for, and why."""
+    warnings.warn(f"sandbox: {wanted} unavailable, using {got} instead: {reason}",
+                  SandboxDowngrade, stacklevel=3)
+
+
+class SandboxDowngrade(UserWarning):
+    """A sandbox runs with weaker isolation than the one asked for (the message says why)."""
 
 
 class ProcessSandbox(ForkingSandbox):
@@ -87,6 +111,8 @@ class ProcessSandbox(ForkingSandbox):
             raise ValueError(f"isolation must be auto, namespaces or rlimits, got {isolation!r}")
         self._wanted = isolation
         self._prefix: list[str] | None = None
+        #: why namespaces are unavailable (empty when they work)
+        self.reason = ""
         self._lock = threading.Lock()
 
     @property
@@ -108,14 +134,20 @@ class ProcessSandbox(ForkingSandbox):
                 base = [unshare, "--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--kill-child"]
                 candidates = [base] if os.geteuid() == 0 else []
                 candidates.append([*base[:1], "--map-root-user", *base[1:]])
+            self.reason = "unshare is not installed (util-linux)"
             for prefix in candidates:
                 self._prefix = prefix
                 probe = self._run_namespaced("print('ok')", Limits(timeout=10))
                 if probe.status == "ok" and probe.stdout.strip() == "ok":
+                    self.reason = ""
                     return
+                self.reason = (f"{' '.join(prefix[:2])} ... failed: {probe.status} "
+                               f"{probe.stderr.strip()[-300:]!r}")
             self._prefix = []
             if self._wanted == "namespaces":
-                raise RuntimeError("the process backend needs unshare namespaces, unavailable here")
+                raise RuntimeError(f"the process backend needs unshare namespaces: {self.reason}")
+            isolation_warning("process namespaces", "resource limits only (do not run untrusted "
+                              "code this way)", self.reason)
 
     def run(self, program: str, limits: Limits | None = None) -> RunResult:
         limits = limits or self.limits
@@ -137,18 +169,29 @@ class ProcessSandbox(ForkingSandbox):
         self._probe()
         return list(self._prefix or [])
 
-    def _server_config(self, limits: Limits) -> dict:
-        """Mount and capability set-up (what a fresh run's header asks the runner for)."""
+    def _server_config(self, limits: Limits, fork: bool = True) -> dict:
+        """Mount, uid and capability set-up (a fresh run's header asks the runner for the same).
+
+        Read-only root, a private ``/dev`` (null, zero, random, urandom), read-only
+        ``/proc/sys``, empty read-only home folders, size-capped private ``/tmp``,
+        ``/var/tmp`` and ``/dev/shm``; as host root, programs run as a fresh unprivileged
+        uid. A fork server also gives every child its own mount and IPC namespaces with
+        fresh tmpfs mounts.
+        """
         hidden = hidden_paths()
-        return {
+        config = {
             "cwd": SANDBOX_CWD, "isolate_fs": True, "drop_caps": True,
-            "tmpfs": ["/tmp", "/var/tmp", "/dev/shm", *hidden],
+            "tmpfs": list(PRIVATE_TMPFS), "hidden": hidden,
             "tmpfs_bytes": int(limits.file_size_mb) << 20,
-            "keep": keep_visible(hidden, self.python, self.paths),
+            "keep": keep_visible([*hidden, *COVERED], self.python, self.paths),
+            "program_uid": sandbox_uid() if host_is_root() else None,
         }
+        if fork:
+            config["fresh_tmpfs"] = list(PRIVATE_TMPFS)
+        return config
 
     def _run_namespaced(self, program: str, limits: Limits) -> RunResult:
-        header = self._header(new_token(), limits, **self._server_config(limits))
+        header = self._header(new_token(), limits, **self._server_config(limits, fork=False))
         result = self._run_command([*self._prefix, *runner_command(self.python)], header,
                                    program, limits)
         result.extra["isolation"] = "namespaces"
