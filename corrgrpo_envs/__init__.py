@@ -7,6 +7,10 @@ Importing the package registers every built-in domain::
     obs, info = env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step("abc 123")
     reward            # float32 array, one entry per env.unwrapped.reward_names
+
+``make`` also takes a YAML config or an entry point ``"package.module:attribute"``
+(an env class or factory that was never registered). The contract a domain
+implements is :class:`MultiRewardEnv`'s (``docs/envs.md``).
 """
 
 from corrgrpo_envs.core import MultiRewardEnv, StepOutcome

@@ -190,8 +190,8 @@ class MultiRewardEnv(gym.Env[dict, str]):
         Single-turn domains return one element; multi-turn domains one message
         per turn, the last one ending the episode. Unknown ids raise ``KeyError``.
         A domain without reference answers keeps this default, which raises
-        ``NotImplementedError`` (the reference policy and the conformance tests
-        then fall back on sampled actions).
+        ``NotImplementedError`` (the conformance tests then play a sampled
+        action; ``agents.ReferencePolicy`` cannot play such a domain).
         """
         raise NotImplementedError(f"{type(self).__name__} has no reference answers")
 
