@@ -5,17 +5,28 @@ objects with lookup by id and deterministic ``train`` / ``eval`` / ``all``
 splits. Each domain keeps a :class:`DatasetRegistry` that maps built-in names
 and file formats to loaders, so ``dataset=`` means the same on every domain:
 a built-in name, or a path whose format is detected (or named with ``format=``).
+
+Loaders read their files with :func:`read_json`, :func:`read_jsonl` and
+:func:`read_parquet` and pick fields with :meth:`RecordLocation.get`, so that
+every problem with a data file is a :class:`DataFileError` naming the file, the
+line or record, and the field.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "DataFileError",
+    "RecordLocation",
+    "read_json",
+    "read_jsonl",
+    "read_parquet",
     "SPLITS",
     "Task",
     "TaskSource",
@@ -25,6 +36,147 @@ __all__ = [
 ]
 
 SPLITS = ("train", "eval", "all")
+
+
+# ------------------------------------------------------------------ data files
+class DataFileError(ValueError):
+    """A data file that cannot be read; the message names the file, line or record, and field.
+
+    Attributes:
+        path: the file.
+        line: the 1-based line (JSON, JSON lines), if known.
+        record: the 0-based record index (a JSON list's element, a parquet row), if known.
+        field: the field, dotted (``reward_model.ground_truth``, ``prompt[2].role``), if any.
+        reason: what is wrong.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        reason: str,
+        *,
+        line: int | None = None,
+        record: int | None = None,
+        field: str | None = None,
+    ):
+        self.path, self.line, self.record, self.field, self.reason = Path(path), line, record, field, reason
+        where = str(path) + (f":{line}" if line is not None else "")
+        if record is not None:
+            where += f" record {record}"
+        super().__init__(f"{where}: {field}: {reason}" if field else f"{where}: {reason}")
+
+
+_TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", int: "an integer", bool: "a boolean"}
+
+
+@dataclass(frozen=True)
+class RecordLocation:
+    """Where a record is (file, line and/or record index), to build errors that say so."""
+
+    path: Path
+    line: int | None = None
+    record: int | None = None
+
+    def error(self, reason: str, field: str | None = None) -> DataFileError:
+        """A :class:`DataFileError` at this record (raise it)."""
+        return DataFileError(self.path, reason, line=self.line, record=self.record, field=field)
+
+    def get(
+        self,
+        obj: Any,
+        key: str,
+        types: type | tuple[type, ...] | None = None,
+        label: str | None = None,
+        default: Any = ...,
+    ) -> Any:
+        """``obj[key]``, checked: a missing key (without ``default``) or a value not of ``types`` raises
+        a :class:`DataFileError` naming the field (``label``, default ``key``)."""
+        name = label or key
+        if not isinstance(obj, Mapping):
+            parent = name.rsplit(".", 1)[0] if "." in name else "the record"
+            raise self.error(f"{parent} is {_describe(obj)}, not an object", field=name)
+        if key not in obj:
+            if default is not ...:
+                return default
+            raise self.error("missing", field=name)
+        value = obj[key]
+        if types is not None and not isinstance(value, types):
+            wanted = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in (types if isinstance(types, tuple) else (types,)))
+            raise self.error(f"expected {wanted}, got {_describe(value)}", field=name)
+        return value
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40] + '...' if len(text) > 40 else text}"
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataFileError(path, f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DataFileError(path, f"not UTF-8 text (byte {exc.start})", line=line) from None
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON value in ``path``; :class:`DataFileError` with the line of a syntax error."""
+    path = Path(path)
+    text = _read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataFileError(path, f"not valid JSON: {exc.msg} (column {exc.colno})", line=exc.lineno) from None
+    except (ValueError, RecursionError) as exc:  # integers past the conversion limit, deep nesting
+        raise DataFileError(path, f"not readable JSON: {str(exc)[:200]}") from None
+
+
+def read_jsonl(path: str | Path) -> list[tuple[int, Any]]:
+    """``(line number, value)`` of every non-blank line of a JSON-lines file; errors name the line."""
+    path = Path(path)
+    rows = []
+    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((lineno, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise DataFileError(path, f"not valid JSON: {exc.msg} (column {exc.colno})", line=lineno) from None
+        except (ValueError, RecursionError) as exc:
+            raise DataFileError(path, f"not readable JSON: {str(exc)[:200]}", line=lineno) from None
+    return rows
+
+
+def _raise_if_unreadable(path: Path) -> None:
+    """Raise the :class:`DataFileError` of a ``.json``/``.jsonl`` file that parses neither as JSON nor as JSON lines."""
+    try:
+        read_json(path)
+    except DataFileError as whole:
+        try:
+            read_jsonl(path)
+        except DataFileError as lines:
+            # "Extra data" after the first value: the file is JSON lines (BFCL keeps them in .json files)
+            several_values = whole.reason.startswith("not valid JSON: Extra data")
+            raise (lines if path.suffix == ".jsonl" or several_values else whole) from None
+
+
+def read_parquet(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a parquet file as dicts (needs ``pyarrow``); errors name the file."""
+    path = Path(path)
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataFileError(path, "reading parquet needs pyarrow: pip install pyarrow") from None
+    try:
+        return pq.read_table(path).to_pylist()
+    except Exception as exc:  # pyarrow raises its own error types for corrupt files
+        raise DataFileError(path, f"not a readable parquet file ({type(exc).__name__}: {exc})") from None
 
 
 @dataclass(frozen=True)
@@ -237,6 +389,8 @@ class DatasetRegistry:
         for fmt in self._formats.values():
             if fmt.detect is not None and fmt.detect(path):
                 return fmt.loader(path, **options).split(split)
+        if path.is_file() and path.suffix in (".json", ".jsonl"):
+            _raise_if_unreadable(path)  # a file no format recognises may simply be broken
         raise ValueError(
             f"cannot detect the format of {str(path)!r} for domain {self.domain!r}; "
             f"pass format= one of {self.formats}"

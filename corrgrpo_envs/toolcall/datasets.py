@@ -22,7 +22,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from corrgrpo_envs.tasks import DatasetRegistry, Task, TaskSource
+from corrgrpo_envs.tasks import (
+    DatasetRegistry,
+    RecordLocation,
+    Task,
+    TaskSource,
+    read_json,
+    read_jsonl,
+    read_parquet,
+)
 from corrgrpo_envs.toolcall.answer_format import parse_answer
 from corrgrpo_envs.toolcall.generator import generate_task
 from corrgrpo_envs.toolcall.prompts import system_prompt, tools_from_system_prompt
@@ -79,12 +87,18 @@ def _task(
 
 
 def _from_answer_text(
-    task_id: str, dataset: str, messages: list[dict[str, Any]], answer: str, **extra: Any
+    task_id: str,
+    dataset: str,
+    messages: list[dict[str, Any]],
+    answer: str,
+    where: RecordLocation,
+    field: str,
+    **extra: Any,
 ) -> Task:
-    """A task whose expectation is a ground-truth answer in the RLLA format."""
+    """A task whose expectation is a ground-truth answer in the RLLA format (``field`` of the record at ``where``)."""
     parsed = parse_answer(answer)
     if parsed.errors:
-        raise ValueError(f"{task_id}: ground-truth answer is not readable: {parsed.errors[0]}")
+        raise where.error(f"ground-truth answer of task {task_id!r} is not readable: {parsed.errors[0]}", field)
     return _task(
         task_id,
         dataset,
@@ -115,16 +129,30 @@ def load_generated(num_tasks: int = 1000, seed: int = 0) -> TaskSource:
 
 
 # ---------------------------------------------------------------- RLLA-4K
-def _rlla_rows(rows: Iterable[Mapping[str, Any]], name: str, where: Path) -> TaskSource:
+def _messages(where: RecordLocation, turns: Any, field: str) -> list[dict[str, Any]]:
+    """Chat messages ``{"role", "content"}`` (both strings) from the list at ``field``."""
+    if not isinstance(turns, list):
+        raise where.error(f"expected a list of messages, got {type(turns).__name__}", field)
+    return [
+        {
+            "role": where.get(m, "role", str, f"{field}[{j}].role"),
+            "content": where.get(m, "content", str, f"{field}[{j}].content"),
+        }
+        for j, m in enumerate(turns)
+    ]
+
+
+def _rlla_rows(rows: Iterable[tuple[RecordLocation, Any]], name: str) -> TaskSource:
     tasks = []
-    for i, row in enumerate(rows):
-        try:
-            messages = [{"role": m["role"], "content": m["content"]} for m in row["prompt"]]
-            answer = row["reward_model"]["ground_truth"]
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"{where}: row {i} lacks prompt / reward_model.ground_truth ({exc})") from None
-        index = (row.get("extra_info") or {}).get("index", i)
-        tasks.append(_from_answer_text(f"{name}/{index}", name, messages, answer))
+    for i, (where, row) in enumerate(rows):
+        messages = _messages(where, where.get(row, "prompt", list), "prompt")
+        reward_model = where.get(row, "reward_model", dict)
+        answer = where.get(reward_model, "ground_truth", str, "reward_model.ground_truth")
+        extra = where.get(row, "extra_info", (dict, type(None)), default=None) or {}
+        index = extra.get("index", i)
+        tasks.append(
+            _from_answer_text(f"{name}/{index}", name, messages, answer, where, "reward_model.ground_truth")
+        )
     return TaskSource(tasks, name=name)
 
 
@@ -143,9 +171,8 @@ def _first_line_keys(path: Path) -> set[str]:
     description="RLLA-4K rows as JSON lines (prompt, reward_model.ground_truth)",
 )
 def load_rlla_jsonl(path: Path) -> TaskSource:
-    with open(path, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return _rlla_rows(rows, f"rlla_{path.stem}", path)
+    rows = [(RecordLocation(path, line=n), row) for n, row in read_jsonl(path)]
+    return _rlla_rows(rows, f"rlla_{path.stem}")
 
 
 @DATASETS.file_format(
@@ -154,11 +181,8 @@ def load_rlla_jsonl(path: Path) -> TaskSource:
     description="RLLA-4K rows in the original parquet (needs pyarrow)",
 )
 def load_rlla_parquet(path: Path) -> TaskSource:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise ValueError("reading parquet needs pyarrow: pip install pyarrow") from None
-    return _rlla_rows(pq.read_table(path).to_pylist(), f"rlla_{path.stem}", path)
+    rows = [(RecordLocation(path, record=i), row) for i, row in enumerate(read_parquet(path))]
+    return _rlla_rows(rows, f"rlla_{path.stem}")
 
 
 def _json_records(path: Path) -> list[Any] | None:
@@ -169,6 +193,13 @@ def _json_records(path: Path) -> list[Any] | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     return data if isinstance(data, list) else None
+
+
+def _read_json_list(path: Path, what: str) -> list[tuple[RecordLocation, Any]]:
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise RecordLocation(path).error(f"expected a JSON list of {what}, got {type(data).__name__}")
+    return [(RecordLocation(path, record=i), rec) for i, rec in enumerate(data)]
 
 
 def _records_have(path: Path, keys: set[str]) -> bool:
@@ -182,16 +213,14 @@ def _records_have(path: Path, keys: set[str]) -> bool:
     description="RLLA SFT examples: a JSON list of {instruction, input, output}",
 )
 def load_rlla_sft(path: Path) -> TaskSource:
-    records = _json_records(path)
-    if records is None:
-        raise ValueError(f"{path}: expected a JSON list of {{instruction, input, output}}")
     tasks = []
-    for i, rec in enumerate(records):
+    for i, (where, rec) in enumerate(_read_json_list(path, "{instruction, input, output}")):
         messages = [
-            {"role": "system", "content": rec["instruction"]},
-            {"role": "user", "content": rec["input"]},
+            {"role": "system", "content": where.get(rec, "instruction", str)},
+            {"role": "user", "content": where.get(rec, "input", str)},
         ]
-        tasks.append(_from_answer_text(f"rlla_sft/{i}", "rlla_sft", messages, rec["output"]))
+        output = where.get(rec, "output", str)
+        tasks.append(_from_answer_text(f"rlla_sft/{i}", "rlla_sft", messages, output, where, "output"))
     return TaskSource(tasks, name="rlla_sft")
 
 
@@ -207,18 +236,19 @@ def _api_bank_name(path: Path) -> str:
     description="API-Bank processed: a JSON list of {system, user, answer=[{name, parameters}]}",
 )
 def load_api_bank(path: Path) -> TaskSource:
-    records = _json_records(path)
-    if records is None:
-        raise ValueError(f"{path}: expected a JSON list of {{system, user, answer}}")
     name = _api_bank_name(path)
     tasks = []
-    for i, rec in enumerate(records):
-        answer = rec["answer"]
+    for i, (where, rec) in enumerate(_read_json_list(path, "{system, user, answer}")):
+        answer = where.get(rec, "answer", (dict, list))
         calls = answer if isinstance(answer, list) else [answer]
-        expected = [{"name": c["name"], "parameters": dict(c.get("parameters") or {})} for c in calls]
+        expected = []
+        for j, c in enumerate(calls):
+            label = f"answer[{j}]" if isinstance(answer, list) else "answer"
+            params = where.get(c, "parameters", (dict, type(None)), f"{label}.parameters", default=None)
+            expected.append({"name": where.get(c, "name", str, f"{label}.name"), "parameters": dict(params or {})})
         messages = [
-            {"role": "system", "content": rec["system"]},
-            {"role": "user", "content": rec["user"]},
+            {"role": "system", "content": where.get(rec, "system", str)},
+            {"role": "user", "content": where.get(rec, "user", str)},
         ]
         tasks.append(_task(f"{name}/{i}", name, messages, expected, False))
     return TaskSource(tasks, name=name)
@@ -277,16 +307,16 @@ def bfcl_expected_call(name: str, allowed: Mapping[str, list[Any]]) -> dict[str,
     }
 
 
-def _bfcl_schema(fn: Mapping[str, Any]) -> dict[str, Any]:
-    params = dict(fn.get("parameters") or {})
+def _bfcl_schema(where: RecordLocation, fn: Any, field: str) -> dict[str, Any]:
+    name = where.get(fn, "name", str, f"{field}.name")
+    params = dict(where.get(fn, "parameters", (dict, type(None)), f"{field}.parameters", default=None) or {})
     if params.get("type") == "dict":  # BFCL's spelling of a JSON-schema object
         params["type"] = "object"
-    return {"name": fn["name"], "description": fn.get("description", ""), "parameters": params}
+    return {"name": name, "description": fn.get("description", ""), "parameters": params}
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+def _read_jsonl(path: Path) -> list[tuple[RecordLocation, Any]]:
+    return [(RecordLocation(path, line=n), row) for n, row in read_jsonl(path)]
 
 
 def _bfcl_category(path: Path) -> str:
@@ -298,33 +328,37 @@ def _bfcl_file(path: Path) -> list[Task]:
     category = _bfcl_category(path)
     answers_path = path.parent / "possible_answer" / path.name
     if answers_path.exists():
-        answers = {r["id"]: r["ground_truth"] for r in _read_jsonl(answers_path)}
+        answers = {
+            where.get(r, "id", str): where.get(r, "ground_truth") for where, r in _read_jsonl(answers_path)
+        }
     elif "irrelevance" in category:
         answers = None  # no call is the right answer
     else:
         return []
     tasks = []
-    for rec in _read_jsonl(path):
-        turns = rec.get("question") or []
+    for where, rec in _read_jsonl(path):
+        rec_id = where.get(rec, "id", str)
+        turns = where.get(rec, "question", (list, type(None)), default=None) or []
         if len(turns) != 1 or not isinstance(turns[0], list):
             continue  # multi-turn categories are not single-answer tasks
         if answers is None:
             expected: list[dict[str, Any]] = []
         else:
-            truth = answers.get(rec["id"])
+            truth = answers.get(rec_id)
             if not isinstance(truth, list) or not all(isinstance(c, dict) and len(c) == 1 for c in truth):
                 continue
             if not all(isinstance(args, dict) for c in truth for args in c.values()):
                 continue
             expected = [bfcl_expected_call(n, args) for c in truth for n, args in c.items()]
-        tools = [_bfcl_schema(fn) for fn in rec.get("function") or []]
-        dialogue = [{"role": m["role"], "content": m["content"]} for m in turns[0]]
+        functions = where.get(rec, "function", (list, type(None)), default=None) or []
+        tools = [_bfcl_schema(where, fn, f"function[{j}]") for j, fn in enumerate(functions)]
+        dialogue = _messages(where, turns[0], "question[0]")
         preamble = "\n".join(m["content"] for m in dialogue if m["role"] == "system")
         messages = [{"role": "system", "content": system_prompt(tools, preamble)}]
         messages += [m for m in dialogue if m["role"] != "system"]
         tasks.append(
             _task(
-                f"bfcl_{category}/{rec['id']}",
+                f"bfcl_{category}/{rec_id}",
                 f"bfcl_{category}",
                 messages,
                 expected,
