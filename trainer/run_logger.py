@@ -1,13 +1,33 @@
-"""Where a run's numbers go: ``metrics.jsonl``, TensorBoard and ``samples.jsonl``."""
+"""Where a run's numbers go: ``metrics.jsonl``, TensorBoard and ``samples.jsonl``.
+
+``metrics.jsonl`` holds one JSON object per step, steps increasing. A run killed
+while appending may leave a torn last line: readers drop it with a warning, and
+the logger rewrites the file without it before appending again. A run that
+starts logging at a step not after the file's last step is a new run in an old
+folder (a fresh start, e.g. ``resume=auto`` with no checkpoint yet): the old
+``metrics.jsonl``, ``samples.jsonl`` and ``tensorboard/`` are moved aside to
+``<name>.old-<UTC time>`` (said in a warning) rather than mixed with the new ones.
+A resumed run calls :meth:`RunLogger.truncate_after` first, which keeps the
+records up to the checkpoint's step, and then appends after them.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
+import time
 from pathlib import Path
 from typing import Any
 
 __all__ = ["RunLogger", "read_metrics"]
+
+log = logging.getLogger(__name__)
+
+METRICS = "metrics.jsonl"
+SAMPLES = "samples.jsonl"
+TENSORBOARD = "tensorboard"
 
 
 def _jsonable(value: Any) -> Any:
@@ -20,63 +40,151 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _read_records(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """The records of a JSON-lines file and whether it is clean (no torn last line, ends in a newline).
+
+    A last line that does not parse is dropped with a warning; any other bad line
+    raises ``ValueError`` naming the file and line.
+    """
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    numbered = [(i + 1, raw) for i, raw in enumerate(lines) if raw.strip()]
+    records: list[dict[str, Any]] = []
+    clean = not data or data.endswith(b"\n")
+    for k, (lineno, raw) in enumerate(numbered):
+        try:
+            record = json.loads(raw.decode("utf-8", errors="replace"))
+            if not isinstance(record, dict):
+                raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+        except ValueError as exc:
+            if k == len(numbered) - 1:
+                log.warning("%s: dropping the torn last line %d (%s)", path, lineno, exc)
+                return records, False
+            raise ValueError(f"{path}:{lineno}: not a JSON object record ({exc})") from None
+        records.append(record)
+    return records, clean
+
+
+def _write_records(path: Path, records: list[dict[str, Any]]) -> None:
+    """Replace ``path`` with ``records``, atomically (temporary file, fsync, rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 class RunLogger:
     """Appends one JSON object per step to ``metrics.jsonl``; scalars also go to TensorBoard."""
 
     def __init__(self, output_dir: str | Path, tensorboard: bool = True, enabled: bool = True):
         self.dir = Path(output_dir)
         self.enabled = enabled
-        self._tb = None
-        if not enabled:
+        self._tensorboard = tensorboard
+        self._tb: Any = None
+        self._started = False  # whether this run has decided how it continues the folder
+        if enabled:
+            self.dir.mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------ starting
+    def truncate_after(self, step: int) -> None:
+        """Keep the records of steps <= ``step`` (a resumed run rewrites the later ones)."""
+        self._started = True
+        path = self.dir / METRICS
+        if not self.enabled or not path.exists():
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if tensorboard:
+        records, clean = _read_records(path)
+        kept = [r for r in records if not isinstance(r.get("step"), (int, float)) or r["step"] <= step]
+        if len(kept) != len(records) or not clean:
+            _write_records(path, kept)
+        if len(kept) != len(records):
+            log.warning("%s: resuming after step %d, dropped %d later records", path, step, len(records) - len(kept))
+
+    def start_fresh(self) -> list[Path]:
+        """Move an earlier run's metrics, samples and TensorBoard folder aside; returns where they went."""
+        self._started = True
+        if not self.enabled:
+            return []
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        moved = []
+        for name in (METRICS, SAMPLES, TENSORBOARD):
+            src = self.dir / name
+            if not src.exists():
+                continue
+            dst = self.dir / f"{name}.old-{stamp}"
+            n = 1
+            while dst.exists():
+                n += 1
+                dst = self.dir / f"{name}.old-{stamp}-{n}"
+            os.replace(src, dst)
+            moved.append(dst)
+        if moved:
+            log.warning(
+                "%s: a fresh run in a folder with an earlier run's logs: moved them aside to %s",
+                self.dir, ", ".join(p.name for p in moved),
+            )
+        return moved
+
+    def _begin(self, step: int) -> None:
+        """Before the first write: a fresh start moves old logs aside, a torn file is repaired."""
+        if self._started:
+            return
+        self._started = True
+        path = self.dir / METRICS
+        if not path.exists():
+            return
+        records, clean = _read_records(path)
+        steps = [r["step"] for r in records if isinstance(r.get("step"), (int, float))]
+        if steps and step <= max(steps):
+            self.start_fresh()
+        elif not clean:
+            _write_records(path, records)
+
+    # ------------------------------------------------------------- writing
+    def _writer(self) -> Any:
+        if self._tb is None and self._tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(log_dir=str(self.dir / "tensorboard"))
+                self._tb = SummaryWriter(log_dir=str(self.dir / TENSORBOARD))
             except ImportError:  # tensorboard is optional at run time
-                self._tb = None
-
-    def truncate_after(self, step: int) -> None:
-        """Drop records of steps > ``step`` (a resumed run rewrites them)."""
-        path = self.dir / "metrics.jsonl"
-        if not self.enabled or not path.exists():
-            return
-        kept = [r for r in read_metrics(self.dir) if r["step"] <= step]
-        with open(path, "w", encoding="utf-8") as f:
-            for r in kept:
-                f.write(json.dumps(r) + "\n")
+                self._tensorboard = False
+        return self._tb
 
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        with open(self.dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+        step = int(record["step"])
+        self._begin(step)
+        with open(self.dir / METRICS, "a", encoding="utf-8") as f:
             f.write(json.dumps(_jsonable(record)) + "\n")
-        if self._tb is not None:
-            step = int(record["step"])
+        tb = self._writer()
+        if tb is not None:
             for key, value in record.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
                     if math.isfinite(float(value)):
-                        self._tb.add_scalar(key, float(value), step)
-            self._tb.flush()
+                        tb.add_scalar(key, float(value), step)
+            tb.flush()
 
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
         if not self.enabled or not samples:
             return
-        with open(self.dir / "samples.jsonl", "a", encoding="utf-8") as f:
+        self._begin(step)
+        with open(self.dir / SAMPLES, "a", encoding="utf-8") as f:
             for s in samples:
                 f.write(json.dumps(_jsonable({"step": step, **s}), ensure_ascii=False) + "\n")
 
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+            self._tb = None
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of a run's ``metrics.jsonl``, in order."""
-    path = Path(run_dir) / "metrics.jsonl"
+    """The records of a run's ``metrics.jsonl``, in order (a torn last line is dropped with a warning)."""
+    path = Path(run_dir) / METRICS
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: is {run_dir} a run folder?")
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return _read_records(path)[0]

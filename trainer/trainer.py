@@ -280,6 +280,7 @@ class Trainer:
             scheduler=self.scheduler,
             rank=self.rank,
             is_main=self.accelerator.is_main_process,
+            barrier=self.accelerator.wait_for_everyone,
             config=config_to_dict(self.cfg),
         )
         self.accelerator.wait_for_everyone()
