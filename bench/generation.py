@@ -4,13 +4,14 @@
     python bench/generation.py --models tiny-anchor,tiny,smollm2-135m --batch 64
     .venv-vllm/bin/python bench/generation.py --vllm    # also VLLMPolicy (vLLM CPU)
 
-Every measurement runs in a fresh process with an explicit torch thread count
-(``--threads``), and the contenders alternate round by round, so the machine's
-drifting load hits them alike; each process times ``--repeats`` batches after one
-warm-up batch and reports their median. The ratio ``static / generate`` is taken
-within each round, then the median over rounds is printed. Tokens counted are the
-completion tokens generated (EOS included). Both HF contenders draw the same tokens
-for the same seed (checked here: the runs' token counts must match).
+Each round is a fresh process with an explicit torch thread count (``--threads``)
+that builds the model once and times the contenders batch by batch in alternation
+(the order flips every batch), so the machine's drifting load hits them alike; after
+one warm-up batch each, ``--repeats`` batches per contender give a median, and the
+ratio ``static / generate`` of those medians is the round's. The median (and range)
+over rounds is printed. Tokens counted are the completion tokens generated (EOS
+included). Both HF contenders draw the same tokens for the same seed (checked here:
+their token counts must match batch for batch).
 
 The anchor setting is the TRL comparison's (``bench/vs_trl.py``): the anchor's
 random-init Qwen2 (558,208 parameters) and tokenizer, a batch of G x P = 8 x 8
@@ -45,49 +46,58 @@ def _prompts(batch: int, group: int) -> list[dict]:
     ][:batch]
 
 
-def child(contender: str, model_name: str, batch: int, group: int, new_tokens: int, repeats: int,
+def _policy(contender: str, model, tokenizer):
+    from agents import HFPolicy
+
+    if contender != "vllm":
+        return HFPolicy(model, tokenizer, decoder=contender)
+    from agents import VLLMPolicy
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-gen-"))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return VLLMPolicy(str(folder), tokenizer=tokenizer, dtype="float32", max_model_len=2048,
+                      enforce_eager=True, gpu_memory_utilization=0.15)
+
+
+def child(contenders: list[str], model_name: str, batch: int, group: int, new_tokens: int, repeats: int,
           threads: int, out: str) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    from agents import HFPolicy, SamplingParams, load_model
+    from agents import SamplingParams, load_model
 
     model, tokenizer = load_model(model_name)
-    if contender == "vllm":
-        from agents import VLLMPolicy
-
-        folder = Path(tempfile.mkdtemp(prefix="bench-gen-"))
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        policy = VLLMPolicy(str(folder), tokenizer=tokenizer, dtype="float32", max_model_len=2048,
-                            enforce_eager=True, gpu_memory_utilization=0.15)
-    else:
-        policy = HFPolicy(model, tokenizer, decoder=contender)
+    policies = {c: _policy(c, model, tokenizer) for c in contenders}
     observations = _prompts(batch, group)
-    rates, tokens, seconds = [], [], []
+    rates: dict[str, list[float]] = {c: [] for c in contenders}
+    tokens: dict[str, list[int]] = {c: [] for c in contenders}
+    seconds: dict[str, list[float]] = {c: [] for c in contenders}
     for r in range(repeats + 1):
         sampling = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, seed=r)
-        start = time.perf_counter()
-        actions = policy.act(observations, sampling)
-        elapsed = time.perf_counter() - start
-        n = sum(len(a.completion_ids) for a in actions)
-        if r:  # the first batch warms caches
-            rates.append(n / elapsed)
-            tokens.append(n)
-            seconds.append(elapsed)
+        for c in contenders if r % 2 == 0 else contenders[::-1]:
+            start = time.perf_counter()
+            actions = policies[c].act(observations, sampling)
+            elapsed = time.perf_counter() - start
+            n = sum(len(a.completion_ids) for a in actions)
+            if r:  # the first batch warms caches
+                rates[c].append(n / elapsed)
+                tokens[c].append(n)
+                seconds[c].append(elapsed)
     Path(out).write_text(json.dumps({
-        "tokens_per_s": statistics.median(rates), "seconds": statistics.median(seconds), "tokens": tokens,
+        c: {"tokens_per_s": statistics.median(rates[c]), "seconds": statistics.median(seconds[c]),
+            "tokens": tokens[c]} for c in contenders
     }))
 
 
-def _run_child(contender: str, model: str, args: argparse.Namespace) -> dict:
+def _run_round(contenders: list[str], model: str, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(args.threads),
                "MKL_NUM_THREADS": str(args.threads), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-        cmd = [sys.executable, __file__, "--child", contender, "--models", model, "--batch", str(args.batch),
-               "--group", str(args.group), "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats),
-               "--threads", str(args.threads), "--out", str(out)]
+        cmd = [sys.executable, __file__, "--child", ",".join(contenders), "--models", model,
+               "--batch", str(args.batch), "--group", str(args.group), "--new-tokens", str(args.new_tokens),
+               "--repeats", str(args.repeats), "--threads", str(args.threads), "--out", str(out)]
         subprocess.run(cmd, check=True, cwd=ROOT, env=env, timeout=1800)
         return json.loads(out.read_text())
 
@@ -110,7 +120,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=64, help="rollouts per call (G x P)")
     parser.add_argument("--group", type=int, default=8, help="G: rollouts per prompt")
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each process")
     parser.add_argument("--vllm", action="store_true", help="also VLLMPolicy (needs vLLM)")
@@ -119,20 +129,22 @@ def main() -> int:
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.models, args.batch, args.group, args.new_tokens, args.repeats, args.threads, args.out)
+        child(args.child.split(","), args.models, args.batch, args.group, args.new_tokens, args.repeats,
+              args.threads, args.out)
         return 0
 
     contenders = list(CONTENDERS) + (["vllm"] if args.vllm else [])
     load_before = os.getloadavg()
     print(f"batch {args.batch} (G={args.group}) x {args.new_tokens} new tokens, {args.threads} torch thread(s), "
-          f"median of {args.repeats} batches per process, {args.rounds} rounds; load average "
+          f"median of {args.repeats} batches per contender and process, {args.rounds} rounds; load average "
           f"{load_before[0]:.1f}; {versions()}", flush=True)
     report: dict[str, dict] = {}
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         runs: dict[str, list[dict]] = {c: [] for c in contenders}
         for _ in range(args.rounds):
+            result = _run_round(contenders, model, args)
             for contender in contenders:
-                runs[contender].append(_run_child(contender, model, args))
+                runs[contender].append(result[contender])
         for g, s in zip(runs["generate"], runs["static"]):
             if g["tokens"] != s["tokens"]:
                 print(f"warning: {model}: generate and static drew different token counts {g['tokens']} / {s['tokens']}")
