@@ -101,7 +101,6 @@ class BwrapSandbox(ForkingSandbox):
     """
 
     name = "bwrap"
-    fresh_cpu_visible = False  # bwrap does not reap the interpreter before it exits
 
     def __init__(self, limits: Limits | None = None, python: str | None = None,
                  paths: list[str] | None = None, uid: int = 65534, reuse: str = "auto",
