@@ -211,3 +211,22 @@ def test_pathological_actions_through_the_grouped_vector_env(env_id):
             assert seconds <= STEP_BUDGET_S * group, (env_id, start, seconds)
     finally:
         venv.close()
+
+
+@pytest.mark.parametrize("on_malformed", ["end", "error_message"])
+def test_agentdojo_reads_at_most_32_calls_per_message(on_malformed):
+    pytest.importorskip("agentdojo", reason="the agentdojo extra is not installed")
+    from corrgrpo_envs.agentdojo.episode import MAX_CALLS_PER_MESSAGE
+
+    env = corrgrpo_envs.make("corrgrpo/AgentDojo-v0", on_malformed=on_malformed,
+                             **ENV_KWARGS["corrgrpo/AgentDojo-v0"]).unwrapped
+    env.reset(options={"task_id": env.task_ids[0]})
+    call = '<tool_call>\n{"name": "get_balance", "arguments": {}}\n</tool_call>\n'
+    obs, reward, terminated, _, info = env.step(call * (MAX_CALLS_PER_MESSAGE + 8))
+    too_many = f"{MAX_CALLS_PER_MESSAGE + 8} tool calls in one message, more than the 32 allowed"
+    if on_malformed == "end":
+        assert terminated and reward.tolist() == [0.0, 0.0] and too_many in info["error"]
+    else:
+        tools = [m for m in obs["messages"] if m["role"] == "tool"]
+        assert len(tools) == MAX_CALLS_PER_MESSAGE + 1 and too_many in tools[-1]["content"]
+        assert not terminated
