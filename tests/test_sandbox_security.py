@@ -3,6 +3,7 @@ backends, with fresh interpreters and with fork servers. The host runs as root h
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -13,6 +14,7 @@ import pytest
 
 from corrgrpo_envs.sandbox import Limits, make_sandbox
 from corrgrpo_envs.sandbox.bwrap import bwrap_unavailable_reason
+from corrgrpo_envs.sandbox.cgroups import cgroup_unavailable_reason
 from corrgrpo_envs.sandbox.docker import docker_available
 from corrgrpo_envs.sandbox.process import ProcessSandbox
 
@@ -321,3 +323,45 @@ def test_every_writable_place_is_size_capped(sandbox):
     per_mount = eval(_run_ok(sandbox, program))
     assert len(per_mount) == 3, per_mount  # /tmp, /var/tmp and /dev/shm, nothing else
     assert all(mb <= LIMITS.file_size_mb for mb in per_mount), per_mount
+
+
+MEMORY_OF_CHILDREN = """
+import os, time
+r, w = os.pipe()
+children = set()
+for _ in range(8):
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        block = bytearray(200 << 20)
+        for i in range(0, len(block), 4096):  # touch every page: resident, charged memory
+            block[i] = 1
+        os.write(w, b"1")
+        time.sleep(60)  # hold it until the sandbox ends
+    children.add(pid)
+os.close(w)
+os.set_blocking(r, False)
+held, dead, deadline = 0, 0, time.time() + 8
+while held + dead < 8 and time.time() < deadline:  # every child holds its memory or died
+    for pid in list(children):
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            children.discard(pid)
+            dead += 1
+    try:
+        held += len(os.read(r, 16))
+    except BlockingIOError:
+        time.sleep(0.02)
+print(held, dead)
+"""
+
+
+def test_memory_of_all_processes_together_is_capped(sandbox):
+    """8 children of 200 MB each under a 256 MB limit: at most one holds its memory at a time."""
+    if sandbox.name != "docker" and cgroup_unavailable_reason():
+        pytest.skip("no control group for this sandbox here; the fallback bound is processes x "
+                    f"memory_mb ({cgroup_unavailable_reason()})")
+    result = sandbox.run(MEMORY_OF_CHILDREN, dataclasses.replace(LIMITS, timeout=10.0))
+    assert result.status == "ok", (result.status, result.stderr)
+    held, dead = map(int, result.stdout.split())
+    assert held + dead == 8, (held, dead)
+    assert held * 200 <= LIMITS.memory_mb + 3 * LIMITS.file_size_mb + 64, held

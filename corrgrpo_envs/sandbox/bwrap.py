@@ -38,6 +38,7 @@ from corrgrpo_envs.sandbox.base import (
     new_token,
     runner_command,
 )
+from corrgrpo_envs.sandbox.cgroups import new_cgroup
 from corrgrpo_envs.sandbox.forkserver import ForkingSandbox
 from corrgrpo_envs.sandbox.hostuser import host_is_root, sandbox_uid
 from corrgrpo_envs.sandbox.process import (
@@ -191,7 +192,13 @@ class BwrapSandbox(ForkingSandbox):
             if result is not None:
                 return result
         header = self._header(new_token(), limits, cwd=SANDBOX_CWD)
-        return self._run_command(self.command(limits), header, program, limits)
+        group = new_cgroup(limits, server=False)  # the whole sandbox's memory and process cap
+        try:
+            return self._run_command([*(group.enter() if group else []), *self.command(limits)],
+                                     header, program, limits)
+        finally:
+            if group is not None:
+                group.close()
 
 
 def _root_staging(staging: str, keeps: list[str], uid: int) -> list[str]:

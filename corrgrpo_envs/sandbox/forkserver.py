@@ -56,6 +56,7 @@ from corrgrpo_envs.sandbox.base import (
     new_token,
 )
 from corrgrpo_envs.sandbox.calls import channel_text
+from corrgrpo_envs.sandbox.cgroups import new_cgroup
 from corrgrpo_envs.sandbox.runner import PRELOAD_MODULES, SERVER_SOURCE
 
 __all__ = ["ForkServer", "ForkServerPool", "ForkingSandbox", "REUSE_MODES", "server_command"]
@@ -399,9 +400,10 @@ class ForkServerPool:
 
 
 
-def _tmp_size_key(limits: Limits) -> int:
-    """Servers are started with a /tmp sized by ``file_size_mb``; everything else is per program."""
-    return int(limits.file_size_mb)
+def _tmp_size_key(limits: Limits) -> tuple[int, int, int]:
+    """Servers are started with tmpfs sized by ``file_size_mb`` and a control group sized by
+    ``memory_mb`` and ``processes``; everything else is per program."""
+    return int(limits.file_size_mb), int(limits.memory_mb), int(limits.processes)
 
 
 class ForkingSandbox(Sandbox):
@@ -477,7 +479,16 @@ class ForkingSandbox(Sandbox):
     def _start_server(self, limits: Limits) -> ForkServer:
         prefix = self._server_prefix(limits)
         config = self._server_config(limits)
-        return ForkServer(lambda fd: [*prefix, *server_command(self.python, config, fd)], self.name)
+        group = new_cgroup(limits, server=True)  # the whole sandbox's memory and process cap
+        if group is not None:
+            prefix = [*group.enter(), *prefix]
+        try:
+            return ForkServer(lambda fd: [*prefix, *server_command(self.python, config, fd)],
+                              self.name, on_close=group.close if group else None)
+        except BaseException:
+            if group is not None:
+                group.close()
+            raise
 
     def close(self) -> None:
         """Stop the fork servers (a later run starts new ones)."""

@@ -38,6 +38,7 @@ from corrgrpo_envs.sandbox.base import (
     new_token,
     runner_command,
 )
+from corrgrpo_envs.sandbox.cgroups import new_cgroup
 from corrgrpo_envs.sandbox.forkserver import ForkingSandbox
 from corrgrpo_envs.sandbox.hostuser import host_is_root, sandbox_uid
 
@@ -192,8 +193,14 @@ class ProcessSandbox(ForkingSandbox):
 
     def _run_namespaced(self, program: str, limits: Limits) -> RunResult:
         header = self._header(new_token(), limits, **self._server_config(limits, fork=False))
-        result = self._run_command([*self._prefix, *runner_command(self.python)], header,
-                                   program, limits)
+        group = new_cgroup(limits, server=False)
+        enter = group.enter() if group else []
+        try:
+            result = self._run_command([*enter, *self._prefix, *runner_command(self.python)],
+                                       header, program, limits)
+        finally:
+            if group is not None:
+                group.close()
         result.extra["isolation"] = "namespaces"
         return result
 
