@@ -2,7 +2,8 @@
 
 ``env.py`` the env, ``rewards.py`` the seven rewards (``REWARD_NAMES``),
 ``datasets.py`` the task sources (``DATASETS``), ``metrics.py`` pass@1 and the
-efficiency share; ``references.py`` caches reference runtimes.
+efficiency share; ``verdicts.py`` decides pass/fail on the host from the values
+the candidate returned; ``references.py`` caches reference runtimes.
 """
 
 from corrgrpo_envs.code.datasets import DATASETS

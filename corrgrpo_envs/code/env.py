@@ -3,9 +3,10 @@
 Single turn: the observation is the problem as a user message, the action is
 the model's answer (a fenced python block), and the reward vector is
 ``format, syntax, compile, runtime, correct, ast_similarity, efficiency``
-(:mod:`corrgrpo_envs.code.rewards`, ``docs/code.md``). The judged program is
-``prompt + code + test + check(entry_point)``, run in a fresh sandboxed
-interpreter (:mod:`corrgrpo_envs.sandbox`).
+(:mod:`corrgrpo_envs.code.rewards`, ``docs/code.md``). ``prompt + code`` runs
+in a sandbox (:mod:`corrgrpo_envs.sandbox`) that calls the entry point on the
+problem's test inputs; the data set's check judges the returned values on the
+host (:mod:`corrgrpo_envs.code.verdicts`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The seven rewards of the code domain, as pure functions.
 
 ``format``, ``syntax``, ``compile`` and ``ast_similarity`` look at text only;
-``runtime``, ``correct`` and ``efficiency`` come from running the judged
-program (``prompt + code + test + check(entry_point)``) in a sandbox.
+``runtime``, ``correct`` and ``efficiency`` come from the verdict on the
+candidate's values (:mod:`corrgrpo_envs.code.verdicts`). Every text scan here is
+linear in the answer's length.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ def choose_block(text: str, entry_point: str) -> tuple[str | None, bool]:
 
 
 def judged_program(prompt: str, code: str, test: str, entry_point: str) -> str:
-    """``prompt + code + test + check(entry_point)``, one piece per line."""
+    """``prompt + code + test + check(entry_point)``, one piece per line (what ``compile``
+    compiles; it never runs as one program)."""
     return f"{prompt}\n{code}\n{test}\ncheck({entry_point})\n"
 
 
