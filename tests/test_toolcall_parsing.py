@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corrgrpo_envs.toolcall.answer_format import has_expected_shape, parse_answer
+from corrgrpo_envs.toolcall.answer_format import MAX_LINE_ERRORS, has_expected_shape, parse_answer
 from corrgrpo_envs.toolcall.rewards import score_answer
 from corrgrpo_envs.toolcalls import (
     MAX_JSON_DEPTH,
@@ -90,7 +90,8 @@ def test_parse_answer_equals_the_regular_expressions(text):
     assert parsed.response == (found.group(1).strip() if found else None)
     lines = [ln.strip() for b in TOOL.findall(rest) for ln in b.splitlines() if ln.strip()]
     unbalanced = "<tool_call>" in leftover or "</tool_call>" in leftover
-    assert len(parsed.tool_calls) + len(parsed.errors) == len(lines) + unbalanced
+    if len(parsed.errors) < MAX_LINE_ERRORS:  # else the rest of the lines is not read
+        assert len(parsed.tool_calls) + len(parsed.errors) == len(lines) + unbalanced
 
 
 def test_json_failures_become_errors():
@@ -117,6 +118,15 @@ def test_hermes_errors_and_call_limit():
     assert len(parsed.tool_calls) == 32
     assert parsed.errors == ["40 tool calls in one message, more than the 32 allowed"]
     assert parse_hermes(calls).ok and len(parse_hermes(calls).tool_calls) == 40
+
+
+def test_reading_stops_after_many_unreadable_lines():
+    answer = "<think> x </think>\n<tool_call>\n" + '{"name": "f"}\n' + "oops\n" * 1000 + '{"name": "g"}\n</tool_call>'
+    parsed = parse_answer(answer)
+    assert [c["name"] for c in parsed.tool_calls] == ["f"]
+    assert len(parsed.errors) == MAX_LINE_ERRORS + 1
+    assert parsed.errors[-1] == f"stopped reading tool calls after {MAX_LINE_ERRORS} unreadable lines"
+    assert not parsed.calls_readable
 
 
 def test_deeply_nested_value_scores_without_recursion():

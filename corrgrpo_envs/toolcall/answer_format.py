@@ -34,6 +34,7 @@ __all__ = [
     "parse_answer",
     "render_answer",
     "has_expected_shape",
+    "MAX_LINE_ERRORS",
     "THINK_OPEN",
     "THINK_CLOSE",
     "TOOL_OPEN",
@@ -45,6 +46,8 @@ __all__ = [
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 RESPONSE_OPEN, RESPONSE_CLOSE = "<response>", "</response>"
+#: Unreadable tool-call lines after which the rest of the calls is not read.
+MAX_LINE_ERRORS = 16
 
 
 @dataclass
@@ -58,7 +61,8 @@ class ParsedAnswer:
         num_tool_blocks: how many ``<tool_call>`` blocks were found.
         response: the text of the first ``<response>`` block (``None`` if none).
         errors: why some tool-call text could not be read (a line that is not a
-            JSON object with a string ``name``, unbalanced tags).
+            JSON object with a string ``name``, unbalanced tags); after
+            ``MAX_LINE_ERRORS`` unreadable lines the remaining lines are not read.
     """
 
     think: str | None
@@ -120,8 +124,8 @@ def parse_answer(text: Any) -> ParsedAnswer:
     think, rest = _after_think(text)
     parsed = ParsedAnswer(think=think)
     blocks, leftover = tag_blocks(rest, TOOL_OPEN, TOOL_CLOSE)
+    parsed.num_tool_blocks = len(blocks)
     for block in blocks:
-        parsed.num_tool_blocks += 1
         for line in block.splitlines():
             line = line.strip()
             if not line:
@@ -129,8 +133,14 @@ def parse_answer(text: Any) -> ParsedAnswer:
             call = _call_from_line(line)
             if isinstance(call, str):
                 parsed.errors.append(call)
+                # One error already makes the calls unreadable; a flood of bad lines costs no more.
+                if len(parsed.errors) == MAX_LINE_ERRORS:
+                    parsed.errors.append(f"stopped reading tool calls after {MAX_LINE_ERRORS} unreadable lines")
+                    break
             else:
                 parsed.tool_calls.append(call)
+        if len(parsed.errors) > MAX_LINE_ERRORS:
+            break
     if TOOL_OPEN in leftover or TOOL_CLOSE in leftover:
         parsed.errors.append("unbalanced <tool_call> tags")
     response = first_tag_block(leftover, RESPONSE_OPEN, RESPONSE_CLOSE)
