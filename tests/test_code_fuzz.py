@@ -183,3 +183,14 @@ def test_forged_records_are_data_and_fail(env, channel):
     status = judge(task, plan, RunResult("ok", channel=channel))
     assert time.process_time() - start < 1.0
     assert isinstance(status, str) and status != "ok", status
+
+
+def test_a_forged_status_line_never_reads_as_finished(env):
+    """A program that stops before its calls gets no ``runtime`` for saying "assertion"."""
+    u = env.unwrapped
+    task = u.tasks.get(TASK)
+    plan = u.verdicts.plan(task)
+    for line, expected in [("assertion 0.0", "error:NoOutput"), ("ok 0.0", "error:NoOutput"),
+                           ("error:KeyError 0.0", "error:KeyError"), ("memory 0.0", "memory"),
+                           ("error:" + "A" * 1000 + " 0.0", "error:Exception")]:
+        assert judge(task, plan, RunResult("ok", channel=line + "\n")) == expected, line

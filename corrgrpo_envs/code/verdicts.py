@@ -188,7 +188,7 @@ class _Replay:
                 raise AssertionError("raised by the candidate")
             if record.detail == "MemoryError":
                 raise _Failure("memory")
-            raise _Failure("error:" + (record.detail if record.detail.isidentifier() else "Exception"))
+            raise _Failure("error:" + _exception_name(record.detail))
         if record.kind != "R":
             raise _Failure("error:NotPlain")
         try:
@@ -238,14 +238,24 @@ def judge(task: Task, plan: CallPlan, result: RunResult) -> str:
     except AssertionError:
         return "assertion"
     except _Failure as failure:
-        if failure.status == "error:NoOutput" and runner_status not in (None, "ok"):
-            return runner_status  # the program stopped before that call (and said why)
+        if failure.status == "error:NoOutput" and runner_status is not None:
+            # The program stopped before that call and said why: shown if it names an error
+            # (what it says is not trusted, so it can only ever read as a failure).
+            if runner_status == "memory":
+                return "memory"
+            if runner_status.startswith("error:"):
+                return "error:" + _exception_name(runner_status[6:])
         return failure.status
     except MemoryError:
         return "memory"
     except Exception as exc:  # the check choked on a returned value (None < 1...)
         return "error:" + type(exc).__name__
     return "ok"
+
+
+def _exception_name(text: str) -> str:
+    """``text`` if it can be an exception's name, else ``Exception`` (it came from the program)."""
+    return text if text.isidentifier() and len(text) <= 80 else "Exception"
 
 
 _COMPILED: dict[str, Any] = {}
