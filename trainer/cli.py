@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "advantages": ("trainer.commands.advantages", "advantage estimators: demo and inspection"),
     "envs": ("corrgrpo_envs.commands", "list registered environments"),
     "train": ("trainer.commands.train", "train a policy from a YAML config"),
+    "sft": ("trainer.commands.sft", "supervised fine-tuning (a warm start for train) from a YAML config"),
     "eval": ("trainer.commands.evaluate", "evaluate a policy on a domain's metrics"),
     "plot": ("trainer.commands.plot", "plot one or more training runs"),
     "code": ("corrgrpo_envs.code.commands", "code domain utilities (reference runtimes)"),

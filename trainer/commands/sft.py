@@ -1,0 +1,69 @@
+"""``corrgrpo sft CONFIG [section.key=value ...]``: supervised fine-tuning (a warm start)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="YAML config (a path, or a file name in env_configs/)")
+    parser.add_argument(
+        "overrides", nargs="*", help="dotted overrides, e.g. optim.lr=1e-4 train.steps=200 model.lora.r=16"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainer.config import ConfigError
+    from trainer.sft import load_sft_config
+
+    console = Console(stderr=True)
+    try:
+        cfg = load_sft_config(args.config, args.overrides)
+    except (ConfigError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    from trainer.sft import SFTTrainer
+    from trainer.sft_data import SFTDataError
+
+    try:
+        trainer = SFTTrainer(cfg)
+    except (SFTDataError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    if trainer.accelerator.is_main_process:
+        source = cfg.env.get("id") if cfg.data.source == "env" else ", ".join(cfg.data.files)
+        lora = f" | LoRA r={cfg.model.lora.r}" if cfg.model.lora.r > 0 else ""
+        console.print(
+            f"[bold]corrgrpo sft[/bold] {source} | model {cfg.model.name_or_path}{lora} | "
+            f"{len(trainer.train_examples)} examples ({len(trainer.eval_examples)} held out) | "
+            f"{cfg.train.batch_size} per step | {trainer.world} process(es) -> {trainer.output_dir}"
+        )
+    out = trainer.train()
+    if trainer.accelerator.is_main_process:
+        _summary(console, out)
+    return 0
+
+
+def _summary(console: Console, run_dir) -> None:
+    from trainer.run_logger import read_metrics
+
+    records = read_metrics(run_dir)
+    steps = [r for r in records if r["step"] > 0]
+    evals = [r for r in records if "eval/loss" in r]
+    if steps:
+        console.print(
+            f"train loss: step 1 {steps[0]['loss']:.4f} -> step {steps[-1]['step']} {steps[-1]['loss']:.4f}",
+            soft_wrap=True,
+        )
+    if len(evals) >= 2:
+        console.print(
+            f"held-out loss: {evals[0]['eval/loss']:.4f} -> {evals[-1]['eval/loss']:.4f}, token accuracy "
+            f"{evals[0]['eval/token_accuracy']:.3f} -> {evals[-1]['eval/token_accuracy']:.3f}",
+            soft_wrap=True,
+        )
+    console.print(
+        f"model: {run_dir}/model   RL from it: corrgrpo train CONFIG model.name_or_path={run_dir}/model",
+        soft_wrap=True,
+    )

@@ -1,0 +1,553 @@
+"""Supervised fine-tuning (``corrgrpo sft``): a warm start for RL on the same tokens.
+
+Read top to bottom, a run is:
+
+1. build the examples as token-exact episodes (:mod:`trainer.sft_data`): an
+   env's reference answers played through the env, or conversations from files;
+   hold out an evaluation set (the env's eval split, eval files, or a slice);
+2. each step takes ``train.batch_size`` examples (an epoch-wise permutation that
+   is a pure function of the seed and the step, so a resumed run continues
+   exactly); each process takes its contiguous share and packs it, padding-free,
+   into micro-batches of at most ``train.micro_batch_tokens`` tokens (one row,
+   position ids restarting at each example, so attention stays within it);
+3. the loss is the summed cross-entropy of the assistant tokens (loss mask 1)
+   divided by the number of such tokens in the WHOLE batch, so gradient
+   accumulation and data parallelism reproduce the single-process gradient;
+   logits are computed only at the positions that predict a trained token;
+4. log loss, token accuracy, the held-out loss and accuracy; checkpoint. The
+   run folder's ``model/`` is a plain ``save_pretrained`` folder (merged when
+   LoRA is on) that ``corrgrpo train`` takes as ``model.name_or_path``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from agents.episode import Episode
+from trainer.config import ConfigError, ModelConfig, apply_overrides, load_yaml
+from trainer.progress import TrainProgress
+
+__all__ = [
+    "SFTConfig",
+    "SFTDataConfig",
+    "SFTOptimConfig",
+    "SFTTrainConfig",
+    "SFTTrainer",
+    "load_sft_config",
+    "sft_config_from_dict",
+    "pack_examples",
+    "sft",
+]
+
+
+# ------------------------------------------------------------------------------ config
+@dataclass
+class SFTDataConfig:
+    source: Literal["env", "file"] = "env"
+    """``env``: the reference answers of the ``env`` section's tasks, played through the env;
+    ``file``: the conversations in ``data.files``."""
+    train_split: Literal["train", "eval", "all"] = "train"
+    """Env split to learn from (``source: env``)."""
+    eval_split: Literal["train", "eval", "all"] | None = "eval"
+    """Env split for the held-out loss (``source: env``); null: hold out ``eval_fraction`` of
+    the training examples instead."""
+    files: list[str] = field(default_factory=list)
+    """JSON / JSON-lines files of conversations (``source: file``): OpenAI-style
+    ``{messages, tools}`` records or RLLA SFT ``{instruction, input, output}`` records."""
+    eval_files: list[str] = field(default_factory=list)
+    """Files for the held-out loss (``source: file``); empty: hold out ``eval_fraction``."""
+    eval_fraction: float = 0.05
+    """Share of the examples held out for evaluation when there is no eval split or file."""
+    max_examples: int | None = None
+    """Use at most this many training examples (the first ones)."""
+    max_eval_examples: int | None = 256
+    """Evaluate on at most this many held-out examples."""
+    max_length: int | None = 2048
+    """Cut examples longer than this many tokens (the count is logged)."""
+    max_turns: int = 8
+    """Upper bound on assistant turns when playing multi-turn envs (``source: env``)."""
+
+
+@dataclass
+class SFTOptimConfig:
+    lr: float = 2e-5
+    """Peak learning rate of AdamW."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas."""
+    adam_eps: float = 1e-8
+    """AdamW epsilon."""
+    schedule: Literal["constant", "linear", "cosine"] = "linear"
+    """Learning-rate schedule after warmup (linear and cosine decay to 0 at the last step)."""
+    warmup_steps: int = 0
+    """Linear warmup steps."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (0 disables)."""
+
+
+@dataclass
+class SFTTrainConfig:
+    steps: int = 100
+    """Optimizer steps."""
+    batch_size: int = 16
+    """Examples per optimizer step, over all processes (must divide by the number of processes)."""
+    micro_batch_tokens: int = 4096
+    """Most tokens per packed forward pass on one process (an example longer than this gets
+    a pass of its own); gradient accumulation covers the rest of the batch."""
+    seed: int = 0
+    """Seed of the example order and of dropout."""
+    output_dir: str | None = None
+    """Run folder (default: ``runs/<config name>-sft-s<seed>``)."""
+    eval_every: int = 0
+    """Evaluate every N steps (0: before the first and after the last step only)."""
+    save_every: int = 0
+    """Save a checkpoint every N steps (0: only at the end)."""
+    save_final: bool = True
+    """Save a checkpoint after the last step (the final model is written to ``model/`` anyway)."""
+    resume: str | None = None
+    """Checkpoint folder to resume from, or ``auto`` for the latest one in the run folder."""
+    progress: bool = True
+    """Show a progress bar."""
+    tensorboard: bool = True
+    """Also write TensorBoard event files."""
+    cpu: bool = False
+    """Force the CPU even when a GPU is available."""
+
+
+@dataclass
+class SFTConfig:
+    env: dict[str, Any] = field(default_factory=dict)
+    """The environment (``source: env``): ``id`` plus its keyword arguments, as in ``corrgrpo train``."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
+    train: SFTTrainConfig = field(default_factory=SFTTrainConfig)
+    name: str = "sft"
+    """Name of the run (default: the config file's stem)."""
+
+
+def _check(cfg: SFTConfig) -> None:
+    d, t = cfg.data, cfg.train
+    if d.source == "env" and "id" not in cfg.env:
+        raise ConfigError("env: data.source=env needs an env section with an 'id'")
+    for key, home in (("split", "data.train_split / data.eval_split"), ("max_turns", "data.max_turns")):
+        if key in cfg.env:
+            raise ConfigError(f"env.{key}: this setting belongs in {home}; set it there")
+    lora = cfg.model.lora
+    if lora.r < 0 or lora.alpha <= 0 or not 0.0 <= lora.dropout < 1.0:
+        raise ConfigError(
+            f"model.lora: r must be >= 0, alpha > 0 and dropout in [0, 1); got r={lora.r}, "
+            f"alpha={lora.alpha}, dropout={lora.dropout}"
+        )
+    if d.source == "file" and not d.files:
+        raise ConfigError("data.files: data.source=file needs at least one file")
+    for key, value in {
+        "train.steps": t.steps,
+        "train.batch_size": t.batch_size,
+        "train.micro_batch_tokens": t.micro_batch_tokens,
+        "data.max_turns": d.max_turns,
+    }.items():
+        if value < 1:
+            raise ConfigError(f"{key}: must be >= 1, got {value}")
+    for key, value in {"data.max_examples": d.max_examples, "data.max_length": d.max_length,
+                       "data.max_eval_examples": d.max_eval_examples}.items():
+        if value is not None and value < 1:
+            raise ConfigError(f"{key}: must be >= 1 or null, got {value}")
+    if not 0.0 <= d.eval_fraction < 1.0:
+        raise ConfigError(f"data.eval_fraction: must be in [0, 1), got {d.eval_fraction}")
+    if cfg.optim.lr <= 0:
+        raise ConfigError(f"optim.lr: must be > 0, got {cfg.optim.lr}")
+    if t.eval_every < 0 or t.save_every < 0:
+        raise ConfigError("train.eval_every and train.save_every: must be >= 0")
+
+
+def sft_config_from_dict(data: dict[str, Any]) -> SFTConfig:
+    """Build and validate an :class:`SFTConfig` from a plain mapping."""
+    from trainer.config import _build  # the shared dataclass reader: same keys, same errors
+
+    cfg = _build(SFTConfig, data)
+    _check(cfg)
+    return cfg
+
+
+def load_sft_config(path: str | Path | None, overrides: list[str] | None = None) -> SFTConfig:
+    """Read a YAML config (or the defaults when ``path`` is None) and apply dotted overrides."""
+    data: dict[str, Any] = {}
+    name = "sft"
+    if path is not None:
+        from corrgrpo_envs.registry import resolve_config_path
+
+        resolved = resolve_config_path(path)
+        data = load_yaml(resolved) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{resolved}: expected a mapping at the top level")
+        name = resolved.stem
+    data.setdefault("name", name)
+    data = apply_overrides(data, overrides or [])
+    return sft_config_from_dict(data)
+
+
+# ----------------------------------------------------------------------------- batches
+def _targets(example: Episode) -> np.ndarray:
+    """Positions t whose next token (t + 1) is trained."""
+    mask = np.asarray(example.loss_mask, dtype=bool)
+    return np.flatnonzero(mask[1:])
+
+
+def trained_tokens(example: Episode) -> int:
+    """How many of the example's tokens are loss targets."""
+    return int(sum(example.loss_mask[1:]))
+
+
+def pack_examples(examples: list[Episode], budget: int) -> list[list[Episode]]:
+    """Greedy, order-keeping packing into groups of at most ``budget`` tokens (an example
+    longer than the budget is a group of its own)."""
+    groups: list[list[Episode]] = []
+    current: list[Episode] = []
+    size = 0
+    for e in examples:
+        n = len(e.token_ids)
+        if current and size + n > budget:
+            groups.append(current)
+            current, size = [], 0
+        current.append(e)
+        size += n
+    if current:
+        groups.append(current)
+    return groups
+
+
+def packed_inputs(examples: list[Episode]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(input_ids [1, T], position_ids [1, T], predict_at [K])`` of examples packed in one row.
+
+    ``predict_at`` holds the positions whose next token is a loss target.
+    """
+    ids, pos, keep = [], [], []
+    offset = 0
+    for e in examples:
+        n = len(e.token_ids)
+        ids.append(np.asarray(e.token_ids, dtype=np.int64))
+        pos.append(np.arange(n, dtype=np.int64))
+        keep.append(_targets(e) + offset)
+        offset += n
+    return (
+        torch.from_numpy(np.concatenate(ids))[None],
+        torch.from_numpy(np.concatenate(pos))[None],
+        torch.from_numpy(np.concatenate(keep)),
+    )
+
+
+def token_loss(model: Any, examples: list[Episode], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(summed cross-entropy, correct argmax predictions, target count)`` of packed examples.
+
+    Only the positions that predict a trained token get logits (``logits_to_keep``
+    with their indices): the vocabulary projection is a large part of the cost.
+    """
+    ids, pos, keep = packed_inputs(examples)
+    ids, pos, keep = ids.to(device), pos.to(device), keep.to(device)
+    kwargs = {"input_ids": ids, "position_ids": pos, "use_cache": False}
+    try:
+        logits = model(**kwargs, logits_to_keep=keep).logits[0]
+    except TypeError:  # a model without logits_to_keep
+        logits = model(**kwargs).logits[0]
+    if logits.shape[0] != keep.shape[0]:
+        logits = logits[keep]
+    targets = ids[0, keep + 1]
+    if targets.numel() == 0:  # nothing trained here: a zero loss that still reaches every weight
+        return logits.sum() * 0.0, torch.zeros((), device=device), 0
+    ce = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
+    correct = (logits.detach().argmax(-1) == targets).sum()
+    return ce, correct, int(targets.numel())
+
+
+def _schedule_name(schedule: str) -> str:
+    return {"constant": "constant_with_warmup"}.get(schedule, schedule)
+
+
+class _SFTProgress(TrainProgress):
+    """The training progress bar, showing the loss instead of rewards."""
+
+    def update(self, step: int, record: dict[str, Any]) -> None:
+        parts = [f"loss={record.get('loss', float('nan')):.4f}"]
+        if "token_accuracy" in record:
+            parts.append(f"acc={record['token_accuracy']:.3f}")
+        if "eval/loss" in record:
+            parts.append(f"eval={record['eval/loss']:.4f}")
+        parts.append(f"{record.get('time/step', 0.0):.2f}s/step")
+        self._progress.update(self._task, completed=step, info=" ".join(parts))
+
+
+# ----------------------------------------------------------------------------- trainer
+class SFTTrainer:
+    """Owns the model, optimizer, examples and run folder of one supervised run.
+
+    ``SFTTrainer(cfg).train()`` runs ``cfg.train.steps`` steps (or the remaining
+    ones when resuming) and returns the run folder, whose ``model/`` is the final
+    model as a plain ``save_pretrained`` folder.
+    """
+
+    def __init__(self, cfg: SFTConfig, accelerator: Any = None):
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
+
+        from agents.models import load_model
+        from trainer.lora import apply_lora, trainable_parameters
+        from trainer.run_logger import RunLogger
+        from trainer.sampler import TaskSampler
+
+        self.cfg = cfg
+        t = cfg.train
+        use_cpu = t.cpu or not torch.cuda.is_available()
+        self.accelerator = accelerator or Accelerator(cpu=use_cpu)
+        acc = self.accelerator
+        self.rank, self.world = acc.process_index, acc.num_processes
+        if t.batch_size % self.world:
+            raise ValueError(
+                f"train.batch_size={t.batch_size} must be divisible by the number of processes ({self.world})"
+            )
+        self.output_dir = Path(t.output_dir or Path("runs") / f"{cfg.name}-sft-s{t.seed}")
+        set_seed(t.seed)
+
+        kwargs: dict[str, Any] = {"dtype": getattr(torch, cfg.model.dtype)}
+        if cfg.model.tokenizer_file:
+            kwargs["tokenizer_file"] = cfg.model.tokenizer_file
+        model, self.tokenizer = load_model(cfg.model.name_or_path, **kwargs)
+        model = apply_lora(model, cfg.model.lora)
+        if cfg.model.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+            if hasattr(model, "enable_input_require_grads"):
+                model.enable_input_require_grads()  # frozen embeddings (LoRA) still pass gradients
+        self.trainable, self.total_params = trainable_parameters(model)
+
+        self.train_examples, self.eval_examples, self.data_stats = self._load_data()
+        self.sampler = TaskSampler([str(i) for i in range(len(self.train_examples))], t.batch_size, t.seed)
+
+        from transformers import get_scheduler
+
+        o = cfg.optim
+        optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=o.lr,
+            betas=tuple(o.betas),
+            eps=o.adam_eps,
+            weight_decay=o.weight_decay,
+        )
+        self.scheduler = get_scheduler(
+            _schedule_name(o.schedule), optimizer, num_warmup_steps=o.warmup_steps, num_training_steps=t.steps
+        )
+        self.model, self.optimizer = acc.prepare(model, optimizer)
+        self.unwrapped = acc.unwrap_model(self.model)
+        self.start_step = 0
+        self.logger = RunLogger(self.output_dir, tensorboard=t.tensorboard, enabled=acc.is_main_process)
+        if t.resume:
+            self._resume(t.resume)
+        if acc.is_main_process:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.output_dir / "config.json", "w", encoding="utf-8") as f:
+                json.dump(dataclasses.asdict(cfg), f, indent=2)
+
+    # -------------------------------------------------------------------- data
+    def _load_data(self) -> tuple[list[Episode], list[Episode], dict[str, Any]]:
+        from trainer.sft_data import (
+            DataStats,
+            SFTDataError,
+            env_examples,
+            file_examples,
+            summarize,
+            truncate,
+        )
+
+        cfg, d = self.cfg, self.cfg.data
+        eval_examples: list[Episode] | None = None
+        if d.source == "env":
+            env_id = cfg.env["id"]
+            kwargs = {k: v for k, v in cfg.env.items() if k != "id"}
+            train, stats = env_examples(
+                env_id, {**kwargs, "split": d.train_split}, self.tokenizer, d.max_turns, d.max_examples
+            )
+            eval_stats = DataStats()
+            if d.eval_split is not None:
+                eval_examples, eval_stats = env_examples(
+                    env_id, {**kwargs, "split": d.eval_split}, self.tokenizer, d.max_turns, d.max_eval_examples
+                )
+        else:
+            train, stats = file_examples(d.files, self.tokenizer)
+            train = train[: d.max_examples or None]
+            eval_stats = DataStats()
+            if d.eval_files:
+                eval_examples, eval_stats = file_examples(d.eval_files, self.tokenizer)
+        if eval_examples is None:
+            # a held-out slice of the training examples, the same for every seed
+            order = np.random.default_rng(0x5F7).permutation(len(train))
+            n_eval = int(round(d.eval_fraction * len(train)))
+            if d.max_eval_examples is not None:
+                n_eval = min(n_eval, d.max_eval_examples)
+            held = set(order[:n_eval].tolist())
+            eval_examples = [train[i] for i in sorted(held)]
+            train = [e for i, e in enumerate(train) if i not in held]
+        eval_examples = eval_examples[: d.max_eval_examples or None]
+        stats.truncated = truncate(train, d.max_length)
+        eval_stats.truncated = truncate(eval_examples, d.max_length)
+        # an example cut before its first assistant token teaches nothing: leave it out
+        kept = [e for e in train if trained_tokens(e) > 0]
+        stats.dropped, train = len(train) - len(kept), kept
+        kept = [e for e in eval_examples if trained_tokens(e) > 0]
+        eval_stats.dropped, eval_examples = len(eval_examples) - len(kept), kept
+        if not train:
+            raise SFTDataError(
+                f"no training example has an assistant token within data.max_length={d.max_length} "
+                f"({stats.dropped} cut before their first one); raise data.max_length"
+            )
+        record = summarize(train, stats).to_dict("data/train")
+        record.update(summarize(eval_examples, eval_stats).to_dict("data/eval"))
+        return train, eval_examples, record
+
+    # ------------------------------------------------------------------ resume
+    def _resume(self, where: str) -> None:
+        from trainer.checkpoint import latest_checkpoint, load_checkpoint
+        from trainer.lora import restore_adapter
+
+        path = latest_checkpoint(self.output_dir) if where == "auto" else Path(where)
+        if path is None:
+            return  # nothing saved yet: start from scratch
+        state = load_checkpoint(path, self.unwrapped, self.optimizer, self.scheduler, rank=self.rank)
+        restore_adapter(self.unwrapped, path)
+        self.start_step = int(state["step"])
+        self.logger.truncate_after(self.start_step)
+
+    # -------------------------------------------------------------------- step
+    def train_step(self, step: int) -> dict[str, Any]:
+        """One optimizer step over the step's batch; returns the logged record."""
+        acc, cfg = self.accelerator, self.cfg
+        t0 = time.perf_counter()
+        batch = [self.train_examples[int(i)] for i in self.sampler.tasks_for_step(step)]
+        per = len(batch) // self.world
+        mine = batch[self.rank * per : (self.rank + 1) * per]
+        # every process knows the whole batch: the token denominator needs no communication
+        denominator = max(sum(trained_tokens(e) for e in batch), 1)
+        # DDP averages gradients over processes, so each process scales its sum by world
+        scale = self.world / denominator
+        groups = pack_examples(mine, cfg.train.micro_batch_tokens)
+        self.model.train()
+        sums = torch.zeros(3, dtype=torch.float64, device=acc.device)
+        for j, group in enumerate(groups):
+            sync = j == len(groups) - 1
+            with nullcontext() if sync else acc.no_sync(self.model):
+                ce, correct, n = token_loss(self.model, group, acc.device)
+                acc.backward(ce * scale)
+            sums += torch.stack([ce.detach().double(), correct.double(), torch.tensor(float(n), device=acc.device, dtype=torch.float64)])
+        grad_norm = torch.zeros(())
+        if cfg.optim.max_grad_norm > 0:
+            grad_norm = acc.clip_grad_norm_(
+                [p for p in self.model.parameters() if p.requires_grad], cfg.optim.max_grad_norm
+            )
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        tokens = torch.tensor(float(sum(len(e.token_ids) for e in mine)), device=acc.device, dtype=torch.float64)
+        totals = acc.reduce(torch.cat([sums, tokens[None]]), "sum") if self.world > 1 else torch.cat([sums, tokens[None]])
+        seconds = time.perf_counter() - t0
+        count = max(float(totals[2]), 1.0)
+        return {
+            "step": step + 1,
+            "loss": float(totals[0]) / count,
+            "token_accuracy": float(totals[1]) / count,
+            "trained_tokens": int(totals[2]),
+            "tokens": int(totals[3]),
+            "examples": len(batch),
+            "micro_batches": len(groups),
+            "grad_norm": float(grad_norm),
+            "lr": float(self.scheduler.get_last_lr()[0]),
+            "time/step": seconds,
+            "tokens_per_s": float(totals[3]) / max(seconds, 1e-9),
+        }
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Held-out loss and token accuracy (token means over the whole eval set)."""
+        acc = self.accelerator
+        mine = self.eval_examples[self.rank :: self.world]
+        was_training = self.unwrapped.training
+        self.unwrapped.eval()
+        sums = torch.zeros(3, dtype=torch.float64, device=acc.device)
+        for group in pack_examples(mine, self.cfg.train.micro_batch_tokens):
+            ce, correct, n = token_loss(self.unwrapped, group, acc.device)
+            sums += torch.tensor([float(ce), float(correct), float(n)], dtype=torch.float64, device=acc.device)
+        self.unwrapped.train(was_training)
+        if self.world > 1:
+            sums = acc.reduce(sums, "sum")
+        count = float(sums[2])
+        if count == 0:
+            return {}
+        return {"eval/loss": float(sums[0]) / count, "eval/token_accuracy": float(sums[1]) / count}
+
+    # -------------------------------------------------------------------- loop
+    def train(self) -> Path:
+        """Run the remaining steps; returns the run folder."""
+        from trainer.lora import save_merged
+
+        cfg, acc = self.cfg, self.accelerator
+        steps = cfg.train.steps
+        progress = _SFTProgress(steps, enabled=cfg.train.progress and acc.is_main_process, start=self.start_step)
+        if self.start_step == 0:
+            first = {"step": 0, **self.data_stats, "parameters/trainable": self.trainable,
+                     "parameters/total": self.total_params, **self.evaluate()}
+            if acc.is_main_process:
+                self.logger.log(first)
+        with progress:
+            for step in range(self.start_step, steps):
+                record = self.train_step(step)
+                last = step + 1 == steps
+                every = cfg.train.eval_every
+                if last or (every and (step + 1) % every == 0):
+                    record.update(self.evaluate())
+                if acc.is_main_process:
+                    self.logger.log(record)
+                progress.update(step + 1, record)
+                if (cfg.train.save_every and (step + 1) % cfg.train.save_every == 0) or (
+                    last and cfg.train.save_final
+                ):
+                    self.save(step + 1)
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            save_merged(self.unwrapped, self.output_dir / "model", self.tokenizer)
+        self.logger.close()
+        acc.wait_for_everyone()
+        return self.output_dir
+
+    def save(self, step: int) -> Path:
+        """Write a checkpoint of the state after ``step`` steps."""
+        from trainer.checkpoint import save_checkpoint
+
+        self.accelerator.wait_for_everyone()
+        path = self.output_dir / f"checkpoint-{step}"
+        save_checkpoint(
+            path,
+            step=step,
+            model=self.unwrapped,
+            tokenizer=self.tokenizer,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            rank=self.rank,
+            is_main=self.accelerator.is_main_process,
+            barrier=self.accelerator.wait_for_everyone,
+            config=dataclasses.asdict(self.cfg),
+        )
+        return path
+
+
+def sft(cfg: SFTConfig) -> Path:
+    """Fine-tune with ``cfg``; returns the run folder (see :class:`SFTTrainer`)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return SFTTrainer(cfg).train()
