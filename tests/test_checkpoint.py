@@ -165,6 +165,23 @@ def test_a_legacy_checkpoint_without_manifest_still_loads(tmp_path):
     assert load_checkpoint(ckpt, *_training_state(1))["step"] == 4
 
 
+def test_an_rng_file_of_the_earlier_layout_still_restores(tmp_path):
+    model, opt, sched = _training_state()
+    ckpt = _save(tmp_path / "checkpoint-1", 1, model, opt, sched)
+    (ckpt / MANIFEST).unlink()
+    random.seed(11)
+    np.random.seed(12)
+    torch.manual_seed(13)
+    # the earlier layout: the state tuples as the libraries return them (a numpy array inside)
+    torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                "cuda": None}, ckpt / "rng_0.pt")
+    want = _draws()
+    random.seed(0)
+    np.random.seed(0)
+    load_checkpoint(ckpt, *_training_state(1))
+    assert _draws() == want
+
+
 class _Payload:
     """Pickles as a call that creates a file: what a crafted checkpoint would run on load."""
 

@@ -22,7 +22,8 @@ previous one.
 
 Loading never runs pickled code: ``.pt`` files are read with ``torch.load(...,
 weights_only=True)``, which only rebuilds tensors and plain containers; the RNG states
-are stored as tensors, lists and numbers for that reason.
+are stored as tensors, lists and numbers for that reason (RNG files of the earlier
+layout, with numpy arrays, load with numpy's array types allowed and nothing else).
 """
 
 from __future__ import annotations
@@ -80,6 +81,29 @@ def _rng_state() -> dict[str, Any]:
         },
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+
+
+def _legacy_rng_state(path: Path) -> dict[str, Any]:
+    """An RNG file of the earlier layout (``random.getstate()`` and ``np.random.get_state()`` tuples),
+    loaded with ``weights_only`` and numpy's array types allowed, in the current layout."""
+    multiarray = np._core.multiarray if hasattr(np, "_core") else np.core.multiarray
+    allowed = [multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+    try:
+        with torch.serialization.safe_globals(allowed):
+            old = torch.load(path, map_location="cpu", weights_only=True)
+        version, mt_state, gauss = old["python"]
+        bit_generator, key, pos, has_gauss, cached_gaussian = old["numpy"]
+    except Exception as exc:
+        raise CheckpointError(
+            f"{path}: cannot be loaded with torch.load(weights_only=True): {type(exc).__name__}: {exc}"
+        ) from exc
+    return {
+        "python": {"version": version, "state": list(mt_state), "gauss": gauss},
+        "numpy": {"bit_generator": bit_generator, "key": torch.from_numpy(np.asarray(key, dtype=np.int64)),
+                  "pos": pos, "has_gauss": has_gauss, "cached_gaussian": cached_gaussian},
+        "torch": old["torch"],
+        "cuda": old.get("cuda"),
     }
 
 
@@ -366,7 +390,11 @@ def _load_rest(path: Path, scheduler: Any, rank: int, state: dict[str, Any] | No
     rng = path / f"rng_{rank}.pt"
     if rng.exists():
         try:
-            _set_rng_state(_load_pt(rng))
-        except (KeyError, TypeError, AttributeError) as exc:
+            rng_state = _load_pt(rng)
+        except CheckpointError:
+            rng_state = _legacy_rng_state(rng)  # numpy arrays: written before the tensor layout
+        try:
+            _set_rng_state(rng_state)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise CheckpointError(f"{rng}: not an RNG state of this version ({exc!r})") from exc
     return state
