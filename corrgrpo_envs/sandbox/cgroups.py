@@ -138,6 +138,8 @@ def _probe() -> tuple[str, list[Path], str]:
     with _LOCK:
         if "probe" not in _STATE:
             version, bases, reason = _detect()
+            for base in bases:
+                _remove_stale(base)
             if version:  # creating a group with limits must work too
                 try:
                     _create(version, bases, 64 << 20, 8).close()
@@ -145,6 +147,20 @@ def _probe() -> tuple[str, list[Path], str]:
                     version, bases, reason = "", [], f"cgroup {version}: cannot create a group ({exc})"
             _STATE["probe"] = (version, bases, reason)
         return _STATE["probe"]  # type: ignore[return-value]
+
+
+def _remove_stale(base: Path) -> None:
+    """Empty groups left by host processes that died before removing theirs."""
+    for folder in base.glob("sb-*-*"):
+        try:
+            os.kill(int(folder.name.split("-")[1]), 0)
+        except ProcessLookupError:
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        except (OSError, ValueError):
+            pass
 
 
 def cgroup_unavailable_reason() -> str:

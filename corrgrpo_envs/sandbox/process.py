@@ -59,7 +59,10 @@ def interpreter_roots(python: str) -> list[str]:
 def hidden_paths() -> list[str]:
     """The user's home and ``/root``: hidden from programs (replaced by empty folders)."""
     paths = {str(Path(os.path.expanduser("~")).resolve()), "/root"}
-    return sorted(p for p in paths if p not in ("/", "") and os.path.isdir(p))
+    # (a home under /tmp is already replaced by the sandbox's own /tmp)
+    private = ("/tmp", "/var/tmp", "/dev/shm")
+    return sorted(p for p in paths if p not in ("/", "") and os.path.isdir(p)
+                  and not any(p == t or p.startswith(t + "/") for t in private))
 
 
 def keep_visible(hidden: list[str], python: str, extra: list[str]) -> list[str]:
