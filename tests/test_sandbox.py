@@ -184,3 +184,19 @@ def test_docker_unavailable_raises_clearly():
         pytest.skip("a docker engine is reachable here")
     with pytest.raises(SandboxUnavailable):
         make_sandbox("docker")
+
+
+def test_code_sandboxes_command_says_what_runs_and_why(capsys):
+    import argparse
+
+    from corrgrpo_envs.code.commands import run
+
+    assert run(argparse.Namespace(code_command="sandboxes")) == 0
+    out = capsys.readouterr().out.splitlines()
+    report = available_backends()
+    for name, reason in report.items():
+        assert any(line.startswith(name) and (reason in line if reason else line.endswith("ok"))
+                   for line in out), (name, out)
+    assert any(line.startswith("auto     -> ") for line in out)
+    assert any(line.startswith("programs run as ") for line in out)
+    assert any(line.startswith("per-sandbox memory and process caps: ") for line in out)

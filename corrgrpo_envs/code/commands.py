@@ -41,6 +41,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"auto     -> {chosen}{why}")
         print("programs run as " + ("a fresh unprivileged host uid per sandbox (host is root)"
                                     if host_is_root() else "this user, inside a user namespace"))
+        from corrgrpo_envs.sandbox.cgroups import cgroup_unavailable_reason
+
+        groups = cgroup_unavailable_reason()
+        print("per-sandbox memory and process caps: " + (
+            "a control group per sandbox" if not groups else
+            f"RLIMIT_NPROC x RLIMIT_AS per uid (no control group: {groups})"))
         return 0
     return _precompute(args)
 

@@ -24,12 +24,14 @@ from typing import Any
 
 from corrgrpo_envs.sandbox.base import Limits, RunResult, Sandbox, SandboxUnavailable
 from corrgrpo_envs.sandbox.pool import SandboxPool, default_workers
+from corrgrpo_envs.sandbox.process import SandboxDowngrade
 
 __all__ = [
     "BACKENDS",
     "Limits",
     "RunResult",
     "Sandbox",
+    "SandboxDowngrade",
     "SandboxPool",
     "SandboxUnavailable",
     "available_backends",
