@@ -209,11 +209,26 @@ class ProcessSandbox(ForkingSandbox):
 
     def _run_plain(self, program: str, limits: Limits) -> RunResult:
         workdir = tempfile.mkdtemp(prefix="corrgrpo-sandbox-")
+        prefix: list[str] = []
+        if host_is_root():  # never the host's root, even without namespaces
+            setpriv = shutil.which("setpriv")
+            if not setpriv:
+                shutil.rmtree(workdir, ignore_errors=True)
+                return RunResult("sandbox_error", stderr="as root the rlimits-only process backend "
+                                 "needs setpriv (util-linux) to drop to an unprivileged uid",
+                                 backend=self.name, extra={"isolation": "rlimits"})
+            uid = sandbox_uid()
+            os.chown(workdir, uid, uid)
+            prefix = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
         try:
             header = self._header(new_token(), limits, cwd=workdir)
-            result = self._run_command(runner_command(self.python), header, program, limits,
-                                       cwd=workdir)
+            result = self._run_command([*prefix, *runner_command(self.python)], header, program,
+                                       limits, cwd=workdir)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+        if prefix and result.status.startswith("killed") and "ermission denied" in result.stderr:
+            result.status = "sandbox_error"
+            result.stderr += ("\nthe interpreter is not readable by an unprivileged uid: without "
+                              "namespaces, put it (and its parents) where every user can read it")
         result.extra["isolation"] = "rlimits"
         return result
