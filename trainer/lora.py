@@ -133,6 +133,9 @@ def apply_lora(model: Any, cfg: LoraConfig | None) -> Any:
         wrapped = _lora_model_class()(model, peft_cfg)
     except ValueError as exc:  # e.g. no module matches target_modules
         raise ValueError(f"model.lora.target_modules: {exc}") from None
+    if getattr(model, "is_gradient_checkpointing", False):
+        # the frozen embeddings' output must carry gradients into the recomputed layers
+        model.enable_input_require_grads()
     return wrapped
 
 

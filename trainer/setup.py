@@ -24,6 +24,7 @@ from agents.models import load_model
 from agents.policy import SamplingParams
 from corrgrpo_envs.vector import GroupedVectorEnv
 from trainer.config import Config
+from trainer.lora import apply_lora
 from trainer.losses import LossConfig, get_loss, resolve_loss_config
 
 __all__ = [
@@ -123,6 +124,7 @@ def build_model(cfg: Config) -> tuple[torch.nn.Module, Any]:
     if cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     # model adapters (e.g. LoRA) wrap the model here, before the optimizer sees its parameters
+    model = apply_lora(model, cfg.model.lora)
     return model, tokenizer
 
 

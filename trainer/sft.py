@@ -323,11 +323,9 @@ class SFTTrainer:
         if cfg.model.tokenizer_file:
             kwargs["tokenizer_file"] = cfg.model.tokenizer_file
         model, self.tokenizer = load_model(cfg.model.name_or_path, **kwargs)
-        model = apply_lora(model, cfg.model.lora)
         if cfg.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-            if hasattr(model, "enable_input_require_grads"):
-                model.enable_input_require_grads()  # frozen embeddings (LoRA) still pass gradients
+        model = apply_lora(model, cfg.model.lora)
         self.trainable, self.total_params = trainable_parameters(model)
 
         self.train_examples, self.eval_examples, self.data_stats = self._load_data()

@@ -37,6 +37,7 @@ from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoi
 from trainer.config import Config, config_to_dict
 from trainer.engines import make_engine
 from trainer.fsdp import build_accelerator
+from trainer.lora import restore_adapter
 from trainer.policy_forward import pack_episodes
 from trainer.progress import TrainProgress
 from trainer.reward_metrics import reward_metrics
@@ -127,6 +128,7 @@ class Trainer:
         if path is None:
             return 0  # nothing saved yet: start from scratch
         state = load_checkpoint(path, self.unwrapped, self.optimizer, self.scheduler, rank=self.rank)
+        restore_adapter(self.unwrapped, path)  # LoRA: model/ holds merged weights, the adapter beside
         self.logger.truncate_after(int(state["step"]))
         self.engine.sync_weights(self.unwrapped)
         return int(state["step"])
