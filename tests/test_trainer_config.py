@@ -37,7 +37,7 @@ def test_config_files_in_env_configs_all_load():
     ("data", "message"),
     [
         ({"algorithm": {"estimatr": "grpo"}}, "unknown key 'algorithm.estimatr'; allowed keys:"),
-        ({"rollout": {"backend": "tpu"}}, "rollout.backend: 'tpu' is not allowed; allowed values: one of 'hf', 'vllm'"),
+        ({"rollout": {"backend": "tpu"}}, "rollout.backend: 'tpu' is not allowed; allowed values: one of 'hf', 'server', 'vllm'"),
         ({"optim": {"lr": "fast"}}, "optim.lr: expected a number"),
         ({"algorithm": {"group_size": 2.5}}, "algorithm.group_size: expected an integer"),
         ({"train": {"progress": "yes"}}, "train.progress: expected true or false"),
@@ -151,7 +151,7 @@ def test_env_configs_have_no_duplicated_keys():
         ("algorithm.estimator_options={nope: 1}", "unknown option(s) nope for estimator 'corrgrpo'"),
         ("algorithm.estimator=nope", "unknown estimator 'nope'"),
         ("algorithm.loss=nope", "unknown loss 'nope'"),
-        ("rollout.backend=tpu", "rollout.backend: 'tpu' is not allowed; allowed values: one of 'hf', 'vllm'"),
+        ("rollout.backend=tpu", "rollout.backend: 'tpu' is not allowed; allowed values: one of 'hf', 'server', 'vllm'"),
     ],
 )
 def test_out_of_range_values_name_key_value_and_range(override, message):

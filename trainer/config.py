@@ -34,6 +34,7 @@ __all__ = [
     "ModelConfig",
     "AlgorithmConfig",
     "RolloutConfig",
+    "RolloutServerConfig",
     "OptimConfig",
     "TrainConfig",
     "ConfigError",
@@ -157,6 +158,37 @@ class AlgorithmConfig:
 
 
 @dataclass
+class RolloutServerConfig:
+    """The ``server`` rollout backend: ``vllm serve`` processes reached over HTTP."""
+
+    urls: list[str] = field(default_factory=list)
+    """API roots of the servers, e.g. ``[http://10.0.0.2:8000/v1, http://10.0.0.3:8000/v1]``
+    (``scripts/vllm_serve.sh`` starts them); requests are spread over them."""
+    model: str | None = None
+    """The served model name (default: the first one the first server lists)."""
+    concurrency: int = _num(32, _POSITIVE_INT)
+    """Most requests in flight per server."""
+    timeout: float = _num(300.0, Range(low=0, low_open=True))
+    """Seconds per request attempt (and per weight-push call)."""
+    retries: int = _num(2, _NON_NEGATIVE)
+    """Extra attempts of a failed request (timeouts, connection errors, 429, 5xx), each on the
+    next server."""
+    generation_retries: int = _num(1, _NON_NEGATIVE)
+    """After a request failed for good: how many times to wait for the servers to answer again
+    (``recovery_timeout``), bring their weights up to date and generate the turn again
+    (0: the run stops with an error naming the server; its last checkpoint stays intact)."""
+    recovery_timeout: float = _num(120.0, _NON_NEGATIVE)
+    """Seconds to wait for a failed server to answer its health check again."""
+    startup_timeout: float = _num(600.0, _NON_NEGATIVE)
+    """Seconds to wait for every server to come up when the run starts."""
+    weights_dir: str | None = None
+    """Folder the trainer writes each step's weights (safetensors) into, readable by every
+    server (a shared file system across machines; default: a temporary folder)."""
+    server_weights_dir: str | None = None
+    """The same folder as the servers see it, when it is mounted elsewhere there."""
+
+
+@dataclass
 class RolloutConfig:
     max_new_tokens: int = _num(32, _POSITIVE_INT)
     """Maximum tokens generated per turn."""
@@ -169,11 +201,14 @@ class RolloutConfig:
     max_turns: int = _num(1, _POSITIVE_INT)
     """Turns per episode; also given to envs whose constructor takes ``max_turns``."""
     backend: str = "hf"
-    """Rollout engine: ``hf`` (transformers ``generate`` on the training model) or ``vllm``
-    (a colocated vLLM engine); others register in ``trainer.engines``."""
+    """Rollout engine: ``hf`` (transformers ``generate`` on the training model), ``vllm``
+    (a colocated vLLM engine) or ``server`` (``vllm serve`` processes, see ``rollout.server``);
+    others register in ``trainer.engines``."""
     vllm_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of ``vllm.LLM`` for the ``vllm`` backend (``gpu_memory_utilization``,
     ``max_model_len``, ``enforce_eager``, ``enable_sleep_mode``, ...)."""
+    server: RolloutServerConfig = field(default_factory=RolloutServerConfig)
+    """The ``server`` backend's servers, timeouts, retries and weights folder."""
     groups_per_generate: int | None = _num(None, _POSITIVE_INT)
     """Groups per generation call (default: all of a process's groups in one call). Setting 1
     makes sampling independent of how groups are spread over processes."""
@@ -390,6 +425,7 @@ def config_from_dict(data: dict[str, Any]) -> Config:
         _moved(f"env.{key}")
     for section in ("model", "algorithm", "rollout", "optim", "train"):
         _check_ranges(getattr(cfg, section), section)
+    _check_ranges(cfg.rollout.server, "rollout.server")
     _check_plugins(cfg)
     return cfg
 
@@ -418,6 +454,17 @@ def _check_plugins(cfg: Config) -> None:
         raise ConfigError(
             f"rollout.backend: {cfg.rollout.backend!r} is not allowed; allowed values: one of "
             + ", ".join(repr(n) for n in available_engines())
+        )
+    for i, url in enumerate(cfg.rollout.server.urls):
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"rollout.server.urls[{i}]: {url!r} is not allowed; allowed: an http:// or https:// "
+                "API root such as http://127.0.0.1:8000/v1"
+            )
+    if cfg.rollout.backend == "server" and not cfg.rollout.server.urls:
+        raise ConfigError(
+            "rollout.server.urls: [] is not allowed with rollout.backend=server; allowed: one or more "
+            "server URLs (scripts/vllm_serve.sh prints them)"
         )
     if a.overlong_buffer is not None and a.overlong_buffer > cfg.rollout.max_new_tokens:
         raise ConfigError(

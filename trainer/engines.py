@@ -134,3 +134,7 @@ class VLLMEngine(RolloutEngine):
         from trainer.fsdp import full_state_dict
 
         self._policy.update_weights(full_state_dict(model))  # full tensors, also under FSDP
+
+
+# engines defined in modules of their own register when imported here
+from trainer import server_engine  # noqa: E402, F401
