@@ -146,7 +146,8 @@ class ServerEngine(RolloutEngine):
 
     def _healthy(self, url: str) -> bool:
         try:
-            return httpx.get(server_root(url) + "/health", headers=self._headers, timeout=5.0).status_code == 200
+            timeout = min(5.0, self.settings.timeout)
+            return httpx.get(server_root(url) + "/health", headers=self._headers, timeout=timeout).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -221,23 +222,35 @@ class ServerEngine(RolloutEngine):
                 self._push(url)
 
     # ------------------------------------------------------------ generate
+    def _server_of(self, endpoint: str | None) -> str:
+        """The root of the server an endpoint URL belongs to."""
+        for url in self.urls:
+            if endpoint and endpoint.startswith(url):
+                return server_root(url)
+        return server_root(endpoint or self.urls[0])
+
     def _generate(self, prompts: Sequence[list[int]], sampling: SamplingParams) -> list[Action]:
         attempts = self.settings.generation_retries + 1
         for attempt in range(1, attempts + 1):
             try:
                 return self._policy.generate(prompts, sampling)
             except OpenAIRequestError as exc:
-                url = exc.url or self.urls[0]
-                if attempt == attempts:
-                    raise RolloutServerError(
-                        f"rollout server {server_root(url)} failed: {exc} (generated {attempts} time(s), "
-                        "rollout.server.generation_retries); the run stops before this step's update, "
-                        "its last checkpoint intact: resume with train.resume=auto once the servers "
-                        "answer", server_root(url),
-                    ) from exc
+                failure: Exception = exc
+                url = self._server_of(exc.url)
+            if attempt < attempts:
                 logger.warning("rollout server %s failed (%s); waiting for the servers, then generating "
-                               "again (%d/%d)", server_root(url), exc, attempt, attempts - 1)
-                self._recover()
+                               "again (%d/%d)", url, failure, attempt, attempts - 1)
+                try:
+                    self._recover()
+                    continue
+                except RolloutServerError as exc:
+                    failure, url = exc, server_root(exc.url)
+            raise RolloutServerError(
+                f"rollout server {url} failed: {failure} (generated {attempt} time(s), "
+                f"rollout.server.generation_retries={attempts - 1}); the run stops before this step's "
+                "update with its last checkpoint intact: resume with train.resume=auto once the servers "
+                "answer", url,
+            ) from failure
         raise AssertionError("unreachable")
 
     def generate(
