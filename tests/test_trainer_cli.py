@@ -11,7 +11,7 @@ from trainer.cli import main
 
 TOY = [
     "env.num_tasks=16", "model.name_or_path=tiny", "algorithm.group_size=4",
-    "algorithm.prompts_per_step=4", "rollout.max_new_tokens=8", "train.progress=false",
+    "algorithm.prompts_per_step=4", "rollout.max_new_tokens=8", "rollout.torch_threads=1", "train.progress=false",
     "train.tensorboard=false",
 ]
 

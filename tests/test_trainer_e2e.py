@@ -26,7 +26,7 @@ def _cfg(tmp_path: Path, **sections) -> object:
         "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 32},
         "model": {"name_or_path": "tiny"},
         "algorithm": {"estimator": "corrgrpo", "group_size": 4, "prompts_per_step": 4},
-        "rollout": {"max_new_tokens": 12},
+        "rollout": {"max_new_tokens": 12, "torch_threads": 1},  # the cores are shared
         "optim": {"lr": 1e-3},
         "train": {
             "steps": 3, "seed": 0, "split": "all", "progress": False, "tensorboard": False,

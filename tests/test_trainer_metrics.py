@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from trainer.config import config_from_dict
 from trainer.trainer import Trainer
@@ -16,12 +15,11 @@ METRICS = ["loss/clip_fraction", "loss/ratio_mean", "loss/ratio_max", "loss/kl",
 
 
 def _trainer(tmp_path: Path, name: str, **sections) -> Trainer:
-    torch.set_num_threads(1)
     data = {
         "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 8},
         "model": {"name_or_path": "tiny"},
         "algorithm": {"estimator": "grpo", "group_size": 4, "prompts_per_step": 2, "kl_beta": 0.01},
-        "rollout": {"max_new_tokens": 8},
+        "rollout": {"max_new_tokens": 8, "torch_threads": 1},
         "optim": {"lr": 5e-2, "epochs": 2, "mini_batch_size": 4},
         "train": {"steps": 1, "seed": 1, "split": "all", "progress": False, "tensorboard": False,
                   "save_final": False, "log_samples": 0, "output_dir": str(tmp_path / name)},
