@@ -110,7 +110,7 @@ def _is_sharded(model: Any) -> bool:
 
 
 class HFPolicy(TokenPolicy):
-    """Samples with ``model.generate`` (left-padded batches) and reports exact tokens and logprobs.
+    """Samples from a transformers causal LM (left-padded batches); reports exact tokens and logprobs.
 
     Args:
         model: a transformers causal LM. It is used in place, never copied, so a
