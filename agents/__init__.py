@@ -11,7 +11,8 @@ Every policy maps a batch of conversations to :class:`Action` objects::
     episodes[0].token_ids, episodes[0].loss_mask, episodes[0].logprobs
 
 Backends: :class:`HFPolicy` (transformers), :class:`VLLMPolicy` (in-process vLLM,
-imported lazily), :class:`OpenAIPolicy` (any OpenAI-compatible server);
+imported lazily), :class:`OpenAIPolicy` (any OpenAI-compatible server),
+:class:`CompletionsTokenPolicy` (token-exact, over vLLM servers' completions);
 scripted: :class:`ReferencePolicy`, :class:`RandomPolicy`.
 """
 
@@ -23,7 +24,7 @@ from agents.chat import ChatRenderer
 from agents.episode import Episode
 from agents.hf_policy import HFPolicy
 from agents.models import build_anchor_model, build_tiny_model, load_model
-from agents.openai_policy import OpenAIPolicy, OpenAIRequestError
+from agents.openai_policy import CompletionsTokenPolicy, OpenAIPolicy, OpenAIRequestError
 from agents.policy import Action, Policy, SamplingParams
 from agents.scripted import RandomPolicy, ReferencePolicy
 from agents.token_policy import TokenPolicy
@@ -40,6 +41,7 @@ from agents.toolcalls import (
 __all__ = [
     "Action",
     "ChatRenderer",
+    "CompletionsTokenPolicy",
     "Episode",
     "HFPolicy",
     "OpenAIPolicy",

@@ -44,6 +44,10 @@ def test_config_files_in_env_configs_all_load():
         ({"algorithm": {"group_size": 1}}, "algorithm.group_size: 1 is out of range; allowed: >= 2"),
         ({"env": {"dataset": "x"}}, "needs an 'id'"),
         ({"bogus": 1}, "unknown key 'bogus'"),
+        ({"rollout": {"backend": "server"}}, "rollout.server.urls: [] is not allowed with rollout.backend=server"),
+        ({"rollout": {"server": {"urls": ["host:8000"]}}}, "rollout.server.urls[0]: 'host:8000' is not allowed"),
+        ({"rollout": {"server": {"retries": -1}}}, "rollout.server.retries: -1 is out of range; allowed: >= 0"),
+        ({"rollout": {"server": {"weight_sync": "nccl"}}}, "rollout.server.nccl_address: null is not allowed"),
     ],
 )
 def test_bad_config_names_the_key(data, message):

@@ -186,6 +186,14 @@ class RolloutServerConfig:
     server (a shared file system across machines; default: a temporary folder)."""
     server_weights_dir: str | None = None
     """The same folder as the servers see it, when it is mounted elsewhere there."""
+    weight_sync: Literal["disk", "nccl"] = "disk"
+    """How weights reach the servers after each step: ``disk`` (safetensors in ``weights_dir``,
+    reloaded in place through ``/collective_rpc``; any device) or ``nccl`` (vLLM's NCCL weight
+    transfer from the trainer's GPU; servers started with ``WEIGHT_TRANSFER=nccl``)."""
+    nccl_address: str | None = None
+    """``nccl``: the trainer's address the servers can reach (the NCCL rendezvous host)."""
+    nccl_port: int = _num(29600, Range(low=1, high=65535))
+    """``nccl``: rendezvous port of the first server's group (server i: this + i)."""
 
 
 @dataclass
@@ -461,6 +469,11 @@ def _check_plugins(cfg: Config) -> None:
                 f"rollout.server.urls[{i}]: {url!r} is not allowed; allowed: an http:// or https:// "
                 "API root such as http://127.0.0.1:8000/v1"
             )
+    if cfg.rollout.server.weight_sync == "nccl" and not cfg.rollout.server.nccl_address:
+        raise ConfigError(
+            "rollout.server.nccl_address: null is not allowed with rollout.server.weight_sync=nccl; "
+            "allowed: the trainer's address the servers can reach"
+        )
     if cfg.rollout.backend == "server" and not cfg.rollout.server.urls:
         raise ConfigError(
             "rollout.server.urls: [] is not allowed with rollout.backend=server; allowed: one or more "

@@ -16,6 +16,12 @@ one: after a failure the engine waits for the servers' ``/health``, pushes the c
 weights to every server whose ``/weight_info`` differs, and generates the turn again
 (``rollout.server.generation_retries`` times); then the run stops with an error naming
 the server, its last checkpoint untouched.
+
+With ``rollout.server.weight_sync=nccl`` (GPUs) the reload step is vLLM's NCCL weight
+transfer instead: one NCCL group per server (the trainer's rank 0 and the server's
+workers), opened with vLLM's ``NCCLTrainerWeightTransferEngine`` through the server's
+``/init_weight_transfer_engine``, and each push broadcasts the tensors
+(``/start_weight_update``, ``/update_weights``, ``/finish_weight_update``).
 """
 
 from __future__ import annotations
@@ -83,6 +89,23 @@ def _write_safetensors(state: dict[str, torch.Tensor], folder: Path) -> None:
     partial.rename(folder)
 
 
+def _weight_source(engine: ServerEngine) -> Any:
+    """vLLM's ``WeightSource`` over the engine's latest full state dict, sent from this GPU
+    (vLLM's classes are imported only for ``weight_sync=nccl``)."""
+    from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+
+    class StateDictSource(WeightSource):
+        def metadata(self) -> list[Any]:
+            return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in engine._state.items()]
+
+        def __iter__(self) -> Any:
+            device = torch.device("cuda", torch.cuda.current_device())
+            for name, tensor in engine._state.items():
+                yield name, tensor.to(device, non_blocking=True)
+
+    return StateDictSource()
+
+
 @register_engine("server")
 class ServerEngine(RolloutEngine):
     """Rollouts from one or more ``vllm serve`` processes; weights pushed after every step.
@@ -97,7 +120,7 @@ class ServerEngine(RolloutEngine):
         s = self.settings = cfg.rollout.server
         self.urls = [u.rstrip("/") for u in s.urls]
         self.rank, world = _distributed()
-        if world > 1 and not s.weights_dir:
+        if world > 1 and not s.weights_dir and s.weight_sync == "disk":
             raise ValueError(
                 "rollout.server.weights_dir: with several trainer processes give a folder every "
                 "process and server can read (the default temporary folder is per process)"
@@ -117,6 +140,9 @@ class ServerEngine(RolloutEngine):
         self.weights_dir.mkdir(parents=True, exist_ok=True)
         self.version = 0
         self.last_push_seconds = 0.0
+        self._state: dict[str, torch.Tensor] = {}
+        self._nccl: dict[str, Any] = {}  # server -> vLLM's trainer-side NCCL engine
+        self._nccl_groups = 0
         self.sync_weights(model)  # the servers may have started from other weights
 
     @property
@@ -184,12 +210,35 @@ class ServerEngine(RolloutEngine):
         """The weight version ``url`` reports."""
         return self._request(url, "GET", "/weight_info").json().get("weight_version")
 
-    def _push(self, url: str) -> None:
-        """Reload ``url``'s weights from the current folder, in place, between requests."""
+    def _nccl_engine(self, url: str, reconnect: bool = False) -> Any:
+        """vLLM's trainer-side NCCL engine for ``url`` (a new group after a server restart)."""
+        if url in self._nccl and not reconnect:
+            return self._nccl[url]
+        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+
+        workers = int(self._request(url, "GET", "/get_world_size", params={"include_dp": "true"}).json()["world_size"])
+        info = NCCLTrainerInitInfo(
+            master_address=self.settings.nccl_address,
+            master_port=self.settings.nccl_port + self._nccl_groups,  # a fresh port per group opened
+            world_size=1 + workers,
+            rank=0,
+        )
+        self._nccl_groups += 1
+        client = HTTPVLLMWeightSyncClient(server_root(url), timeout=self.settings.timeout)
+        self._nccl[url] = WeightTransferTrainerFactory.trainer_init(info, client=client, source=_weight_source(self))
+        return self._nccl[url]
+
+    def _push(self, url: str, restarted: bool = False) -> None:
+        """Load the current weights into ``url``'s model, in place, between requests."""
         self._request(url, "POST", "/pause", params={"mode": "wait"})
         try:
-            body = {"method": "reload_weights", "kwargs": {"weights_path": self._folder_on_server(self.version)}}
-            self._request(url, "POST", "/collective_rpc", json=body)
+            if self.settings.weight_sync == "nccl":
+                self._nccl_engine(url, reconnect=restarted).send_weights()
+            else:
+                body = {"method": "reload_weights", "kwargs": {"weights_path": self._folder_on_server(self.version)}}
+                self._request(url, "POST", "/collective_rpc", json=body)
             self._request(url, "POST", "/reset_prefix_cache")  # its KV blocks hold the old weights' keys
             self._request(url, "POST", "/update_weight_version", json={"new_version": self.version_tag})
         finally:
@@ -203,7 +252,10 @@ class ServerEngine(RolloutEngine):
         self.version += 1
         if self.rank == 0:
             started = time.perf_counter()
-            _write_safetensors(state, self._folder(self.version))
+            if self.settings.weight_sync == "nccl":
+                self._state = state  # what the NCCL engines broadcast (_weight_source)
+            else:
+                _write_safetensors(state, self._folder(self.version))
             for url in self.urls:
                 self._push(url)
             shutil.rmtree(self._folder(self.version - 1), ignore_errors=True)
@@ -217,9 +269,14 @@ class ServerEngine(RolloutEngine):
         for url in self.urls:
             self._wait_healthy(url, deadline, "recovery_timeout")
             if self.served_version(url) != self.version_tag:
+                if self.settings.weight_sync == "nccl" and self.rank != 0:
+                    raise RolloutServerError(
+                        f"rollout server {url} restarted; with rollout.server.weight_sync=nccl only trainer "
+                        "rank 0 can push its weights: resume the run (train.resume=auto)", url,
+                    )
                 logger.warning("rollout server %s serves other weights (restarted?): pushing version %d",
                                url, self.version)
-                self._push(url)
+                self._push(url, restarted=True)
 
     # ------------------------------------------------------------ generate
     def _server_of(self, endpoint: str | None) -> str:
@@ -270,5 +327,7 @@ class ServerEngine(RolloutEngine):
         return actions
 
     def close(self) -> None:
+        for nccl in self._nccl.values():
+            nccl.shutdown()
         if self._own_dir and self.rank == 0:
             shutil.rmtree(self.weights_dir, ignore_errors=True)
