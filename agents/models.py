@@ -21,7 +21,7 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,8 +108,8 @@ def _tiny_corpus(seed: int, lines: int = 3000) -> list[str]:
     return out
 
 
-def _tiny_tokenizer(seed: int) -> Any:
-    """A byte-level BPE trained on :func:`_tiny_corpus`, wrapped as a ``Qwen2Tokenizer``.
+def _tiny_tokenizer(seed: int, corpus: Sequence[str] | None = None, vocab_size: int = TINY_VOCAB_SIZE) -> Any:
+    """A byte-level BPE trained on ``corpus`` (default :func:`_tiny_corpus`), wrapped as a ``Qwen2Tokenizer``.
 
     It pre-tokenizes like Qwen2 (same split regex, NFC), so the copy ``AutoTokenizer``
     loads from the cache (which picks the class from the Qwen2 config) is the same tokenizer.
@@ -127,12 +127,12 @@ def _tiny_tokenizer(seed: int) -> Any:
         ]
     )
     trainer = trainers.BpeTrainer(
-        vocab_size=TINY_VOCAB_SIZE,
+        vocab_size=vocab_size,
         special_tokens=TINY_SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_tiny_corpus(seed), trainer=trainer)
+    tok.train_from_iterator(_tiny_corpus(seed) if corpus is None else corpus, trainer=trainer)
     merges = [tuple(pair) for pair in json.loads(tok.to_str())["model"]["merges"]]
     template = (Path(__file__).with_name("tiny_chat_template.jinja")).read_text(encoding="utf-8")
     return Qwen2Tokenizer(
@@ -148,19 +148,28 @@ def _tiny_tokenizer(seed: int) -> Any:
     )
 
 
-def build_tiny_model(seed: int = 0) -> tuple[Any, Any]:
-    """A random-init Qwen2ForCausalLM (hidden 256, 4 layers, ~4M parameters) and its tokenizer.
+def build_tiny_model(
+    seed: int = 0,
+    corpus: Sequence[str] | None = None,
+    vocab_size: int = TINY_VOCAB_SIZE,
+    hidden_size: int = 256,
+    intermediate_size: int = 768,
+    num_hidden_layers: int = 4,
+) -> tuple[Any, Any]:
+    """A random-init Qwen2ForCausalLM (by default hidden 256, 4 layers, ~4M parameters) and its tokenizer.
 
-    Same ``seed``, same weights and tokenizer; the global torch RNG is left untouched.
+    Same arguments, same weights and tokenizer; the global torch RNG is left untouched.
+    ``corpus`` (default: a built-in mix of words, numbers, tool calls and code) is the text
+    the BPE tokenizer of ``vocab_size`` entries is trained on.
     """
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = _tiny_tokenizer(seed)
+    tokenizer = _tiny_tokenizer(seed, corpus, vocab_size)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=4,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_hidden_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=8192,

@@ -68,9 +68,9 @@ def _worker_init() -> None:
     torch.set_num_threads(1)
 
 
-def _train_one(job: tuple[str, str, int, str, int | None]) -> tuple[str, str, int, float]:
+def _train_one(job: tuple[str, str, int, str, int | None, tuple[str, ...]]) -> tuple[str, str, int, float]:
     """Train one (setting, estimator, seed) run into its folder; returns its wall seconds."""
-    setting, estimator, seed, run_dir, steps = job
+    setting, estimator, seed, run_dir, steps, overrides = job
     import shutil
     import warnings
 
@@ -90,7 +90,8 @@ def _train_one(job: tuple[str, str, int, str, int | None]) -> tuple[str, str, in
             "train.save_final=false",
             "train.log_samples=0",
         ]
-        + ([f"train.steps={steps}"] if steps else []),
+        + ([f"train.steps={steps}"] if steps else [])
+        + list(overrides),
     )
     t0 = time.perf_counter()
     Trainer(cfg).train()
@@ -98,9 +99,17 @@ def _train_one(job: tuple[str, str, int, str, int | None]) -> tuple[str, str, in
 
 
 def run_all(
-    out: Path, settings: list[str], estimators: list[str], seeds: list[int], workers: int, steps: int | None
+    out: Path,
+    settings: list[str],
+    estimators: list[str],
+    seeds: list[int],
+    workers: int,
+    steps: int | None,
+    overrides: list[str] | tuple[str, ...] = (),
 ) -> float:
-    """Train every missing run, ``workers`` at a time; returns the wall seconds."""
+    """Train every missing run, ``workers`` at a time; returns the wall seconds.
+
+    ``overrides`` (``key=value``) apply to every run after the study's own."""
     jobs = []
     for setting in settings:
         need = steps or _config_steps(setting)
@@ -108,7 +117,7 @@ def run_all(
             for est in estimators:
                 d = _run_dir(out, setting, est, seed)
                 if not _complete(d, need):
-                    jobs.append((setting, est, seed, str(d), steps))
+                    jobs.append((setting, est, seed, str(d), steps, tuple(overrides)))
     print(f"{len(jobs)} runs to train, {workers} at a time", flush=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the workers before torch loads
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -330,6 +339,22 @@ def write_mean_runs(out: Path, setting: str, estimators: list[str], seeds: list[
     return dirs
 
 
+def draw_figures(
+    out: Path, setting: str, estimators: list[str], seeds: list[int], figures: Path, name: str | None = None
+) -> Path | None:
+    """``figures/<name>.png`` (default ``study_<setting>``): ``corrgrpo plot`` of the per-step means over seeds."""
+    dirs = write_mean_runs(out, setting, estimators, seeds)
+    if not dirs:
+        return None
+    figures.mkdir(parents=True, exist_ok=True)
+    png = figures / f"{name or f'study_{setting}'}.png"
+    cmd = [sys.executable, "-m", "trainer.cli", "plot", *map(str, dirs), "--out", str(png),
+           "--labels", *[d.name[len("mean-"):] for d in dirs], "--smooth", "3"]
+    rc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).returncode
+    print(f"figure {png}" if rc == 0 else f"corrgrpo plot failed for {setting} (exit {rc})")
+    return png if rc == 0 else None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--settings", default=",".join(SETTINGS), help="comma list of " + ", ".join(SETTINGS))
@@ -372,16 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     print(md)
 
     figures = Path(args.figures) if args.figures else out
-    figures.mkdir(parents=True, exist_ok=True)
     for setting in settings:
-        dirs = write_mean_runs(out, setting, estimators, seeds)
-        if not dirs:
-            continue
-        png = figures / f"study_{setting}.png"
-        cmd = [sys.executable, "-m", "trainer.cli", "plot", *map(str, dirs), "--out", str(png),
-               "--labels", *[d.name[len("mean-"):] for d in dirs], "--smooth", "3"]
-        rc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).returncode
-        print(f"figure {png}" if rc == 0 else f"corrgrpo plot failed for {setting} (exit {rc})")
+        draw_figures(out, setting, estimators, seeds, figures)
     print(f"results: {out / 'results.json'}  tables: {out / 'tables.md'}")
     return 0
 

@@ -117,13 +117,13 @@ def _combine(sources: Iterable[TaskSource], name: str) -> TaskSource:
 
 
 # --------------------------------------------------------------- generator
-@DATASETS.builtin("generated", "procedural tasks from a seed (options num_tasks, seed)")
-def load_generated(num_tasks: int = 1000, seed: int = 0) -> TaskSource:
+@DATASETS.builtin("generated", "procedural tasks from a seed (options num_tasks, seed, max_extra_tools, prompt)")
+def load_generated(num_tasks: int = 1000, seed: int = 0, max_extra_tools: int = 3, prompt: str = "rlla") -> TaskSource:
     if int(num_tasks) < 1:
         raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
     tasks = []
     for i in range(int(num_tasks)):
-        data = generate_task(int(seed), i)
+        data = generate_task(int(seed), i, int(max_extra_tools), prompt)
         tasks.append(_task(f"generated/{i:05d}", "generated", **data))
     return TaskSource(tasks, name="generated")
 

@@ -47,7 +47,8 @@ def load_tasks(
 ) -> TaskSource:
     """Load one data set, or several (a list, concatenated; each keeps its own train/eval split).
 
-    ``num_tasks`` and ``seed`` go to the generator, ``dataset_options`` to the other loaders.
+    ``num_tasks`` and ``seed`` go to the generator, ``dataset_options`` to the loader (for the
+    generator: ``max_extra_tools``, ``prompt``; see :func:`~corrgrpo_envs.toolcall.generator.generate_task`).
     """
     if isinstance(dataset, (list, tuple)):
         if not dataset:
@@ -61,7 +62,7 @@ def load_tasks(
         )
         return combined.split(split)
     if isinstance(dataset, str) and dataset == "generated":
-        return DATASETS.load(dataset, split=split, num_tasks=num_tasks, seed=seed)
+        return DATASETS.load(dataset, split=split, num_tasks=num_tasks, seed=seed, **(dataset_options or {}))
     return DATASETS.load(dataset, format=format, split=split, **(dataset_options or {}))
 
 

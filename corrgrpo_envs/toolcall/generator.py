@@ -252,12 +252,31 @@ def _draw_distinct(tool: _Tool, r: random.Random, than: dict[str, Any]) -> dict[
     return args
 
 
-def generate_task(seed: int, index: int) -> dict[str, Any]:
-    """Task ``index`` of the generator with ``seed``: messages, tools, expected calls and reply."""
+def _short_system_prompt(tools: list[dict[str, Any]]) -> str:
+    """A compact system prompt: one ``name(arg: type, ...)`` line per tool and the answer layout."""
+    lines = ["Tools:"]
+    for tool in tools:
+        args = ", ".join(f"{k}: {v['type']}" for k, v in tool["parameters"]["properties"].items())
+        lines.append(f"{tool['name']}({args})")
+    lines.append("Answer: <think> ... </think>, then <tool_call> one JSON call per line </tool_call> and/or <response> ... </response>.")
+    return "\n".join(lines)
+
+
+def generate_task(seed: int, index: int, max_extra_tools: int = 3, prompt: str = "rlla") -> dict[str, Any]:
+    """Task ``index`` of the generator with ``seed``: messages, tools, expected calls and reply.
+
+    Each task lists its needed tools plus 0..``max_extra_tools`` distractors (the default 3
+    gives the original data set). ``prompt="short"`` replaces the RLLA system prompt by
+    :func:`_short_system_prompt` (prompts of about 60 tokens, for small models on a CPU).
+    """
+    if prompt not in ("rlla", "short"):
+        raise ValueError(f"prompt must be 'rlla' or 'short', got {prompt!r}")
+    if max_extra_tools < 0:
+        raise ValueError(f"max_extra_tools must be >= 0, got {max_extra_tools}")
     r = random.Random(f"corrgrpo-toolcall-{seed}-{index}")
     kind = r.choices(list(TASK_KINDS), weights=list(TASK_KINDS.values()))[0]
     n_used = 2 if kind == "multi" else 1
-    families = r.sample(TOOL_FAMILIES, n_used + r.randint(0, 3))
+    families = r.sample(TOOL_FAMILIES, n_used + r.randint(0, max_extra_tools))
     used = families[:n_used]
     r.shuffle(families)
     calls: list[dict[str, Any]] = []
@@ -303,7 +322,7 @@ def generate_task(seed: int, index: int) -> dict[str, Any]:
     return {
         "kind": kind,
         "messages": [
-            {"role": "system", "content": system_prompt(tools)},
+            {"role": "system", "content": system_prompt(tools) if prompt == "rlla" else _short_system_prompt(tools)},
             {"role": "user", "content": dialogue_history(turns)},
         ],
         "tools": tools,
