@@ -20,7 +20,7 @@ def main(out: str) -> None:
             "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 16},
             "model": {"name_or_path": "tiny"},
             "algorithm": {"estimator": "corrgrpo", "group_size": 4, "prompts_per_step": 4},
-            "rollout": {"max_new_tokens": 8, "groups_per_generate": 1},
+            "rollout": {"max_new_tokens": 8, "groups_per_generate": 1, "torch_threads": 1},
             "optim": {"lr": 1e-3, "epochs": 2, "micro_batch_size": 3},
             "train": {
                 "steps": 3, "seed": 5, "split": "all", "progress": False, "tensorboard": False,
