@@ -85,15 +85,22 @@ def evaluate(
     policy_kind: str = "model",
     batch_size: int = 16,
     progress: bool = True,
+    task_ids: list[str] | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``cfg``'s model (or ``checkpoint``) on a split; returns the metrics and records.
 
-    The metrics are the environment's own: ``env.metrics(records)``.
+    ``task_ids`` (a subset of the split, e.g. a seeded sample) replaces the split's tasks
+    in order; ``limit`` then keeps the first of them. The metrics are the environment's
+    own: ``env.metrics(records)``.
     """
-    size = max(1, min(batch_size, limit or batch_size))
+    size = max(1, min(batch_size, limit or len(task_ids or []) or batch_size))
     venv = setup.build_vector_env(cfg, num_groups=size, group_size=1, split=split)
     try:
-        task_ids = list(venv.task_ids)[: limit or None]
+        if task_ids is not None:
+            unknown = sorted(set(task_ids) - set(venv.task_ids))
+            if unknown:
+                raise ValueError(f"task_ids: not in the {split} split: {', '.join(unknown[:5])}")
+        task_ids = list(venv.task_ids if task_ids is None else task_ids)[: limit or None]
         policy = _policy(cfg, policy_kind, checkpoint, venv)
         t0 = time.perf_counter()
         torch.manual_seed(cfg.train.seed)

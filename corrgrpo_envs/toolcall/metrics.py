@@ -10,7 +10,24 @@ import numpy as np
 from corrgrpo_envs.metrics import EpisodeRecord
 from corrgrpo_envs.toolcall.rewards import REWARD_HIGH, REWARD_LOW, REWARD_NAMES
 
-__all__ = ["toolcall_metrics"]
+__all__ = ["toolcall_metrics", "wilson_interval"]
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (95 % for the default ``z``), in [0, 1].
+
+    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n
+    successes, which matters for the small evaluation sets of a CPU.
+    """
+    if n <= 0:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must be in [0, {n}], got {successes}")
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * float(np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _component_percent(value: float, index: int) -> float:
@@ -28,7 +45,10 @@ def _summarise(records: list[dict[str, Any]]) -> dict[str, float]:
         return all(abs(float(comps[n]) - REWARD_HIGH[i]) < 1e-6 for i, n in enumerate(REWARD_NAMES[:3]))
 
     if with_calls:
-        out["all_exact_accuracy"] = 100.0 * float(np.mean([exact(r) for r in with_calls]))
+        hits = sum(exact(r) for r in with_calls)
+        out["all_exact_accuracy"] = 100.0 * hits / len(with_calls)
+        low, high = wilson_interval(hits, len(with_calls))
+        out["all_exact_ci95_low"], out["all_exact_ci95_high"] = 100.0 * low, 100.0 * high
     for i, name in enumerate(REWARD_NAMES):
         # Correctness rewards are 0 by rule when no call is expected: average them over call examples only.
         pool = records if name == "format" else with_calls
@@ -41,7 +61,8 @@ def toolcall_metrics(results: Iterable[EpisodeRecord]) -> dict[str, float]:
     """Evaluation metrics, overall and per data set (keys ``"<dataset>/<metric>"``).
 
     ``all_exact_accuracy``: percent of examples with expected calls whose three
-    correctness rewards are at their maxima. ``function_name``, ``parameter``,
+    correctness rewards are at their maxima; ``all_exact_ci95_low`` / ``_high``: its
+    95 % Wilson interval (:func:`wilson_interval`). ``function_name``, ``parameter``,
     ``values``: each reward mapped to [0, 100] and averaged over the examples with
     expected calls; ``format``: the same over all examples. Records are
     ``{"task_id", "reward_components", "info"}`` as the env's ``step`` returns them.

@@ -1,0 +1,219 @@
+"""Does a model learn tool calling? Greedy evaluation of training stages on held-out data.
+
+Each stage (the base model, an SFT checkpoint, an RL checkpoint) is evaluated with
+``trainer.evaluate.evaluate`` (the code of ``corrgrpo eval``), greedy, on data no
+stage trains on:
+
+* ``generated``: the built-in generator's eval split (the SFT and RL configs train on
+  its train split; ``num_tasks``/``seed`` come from the config's env section);
+* ``rlla_test``: the 80 RLLA-4K test rows;
+* ``bfcl``: BFCL ``simple_python`` and ``multiple``, read from the bfcl-eval wheel in
+  ``$BFCL_WHEEL_DIR`` (default ``.cache/bfcl``).
+
+Every data set is a seeded sample of ``N`` tasks (``--data generated=200``), the same
+for every stage. One result file per (stage, data set) is written under ``--out``
+and reused on a later call (so an interrupted run continues), then ``report.json``
+and ``report.md``: per stage and data set, all-exact accuracy with its 95 % Wilson
+interval, the four reward components in percent, the number of tasks, the share of
+answers with unreadable calls, and the wall time.
+
+    OMP_NUM_THREADS=2 python bench/learning_toolcall.py \\
+        --stage base=base --stage sft=runs/sft_toolcall_smollm2/checkpoint-60 \\
+        --data generated=200 --data rlla_test=80 --data bfcl=200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import zipfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = ROOT / "env_configs" / "toolcall_smollm2.yaml"
+BFCL_CATEGORIES = ("simple_python", "multiple")
+COMPONENTS = ("function_name", "parameter", "values", "format")
+
+
+# ---------------------------------------------------------------------------- data sets
+def bfcl_folder(out: Path, wheel_dir: Path | None = None) -> Path:
+    """A BFCL data folder with the ``simple_python`` and ``multiple`` files (and their
+    answers), extracted from the newest ``bfcl_eval-*.whl`` in ``wheel_dir``."""
+    wheel_dir = wheel_dir or Path(os.environ.get("BFCL_WHEEL_DIR", ROOT / ".cache" / "bfcl"))
+    wheels = sorted(Path(wheel_dir).glob("bfcl_eval-*.whl"))
+    if not wheels:
+        raise FileNotFoundError(
+            f"no bfcl_eval-*.whl in {wheel_dir} (pip download --no-deps bfcl-eval -d {wheel_dir}, "
+            "or set BFCL_WHEEL_DIR)"
+        )
+    target = out / "bfcl_data"
+    with zipfile.ZipFile(wheels[-1]) as zf:
+        for category in BFCL_CATEGORIES:
+            for sub in ("", "possible_answer/"):
+                name = f"bfcl_eval/data/{sub}BFCL_v4_{category}.json"
+                dest = target / sub / Path(name).name
+                if not dest.exists():
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    dest.write_bytes(zf.read(name))
+    return target
+
+
+def dataset_overrides(name: str, out: Path) -> tuple[list[str], str]:
+    """Config overrides and split that select data set ``name``."""
+    if name == "generated":
+        return ["env.dataset=generated"], "eval"
+    if name == "rlla_test":
+        return ["env.dataset=rlla_test"], "all"
+    if name == "bfcl":
+        return [f"env.dataset={bfcl_folder(out)}"], "all"
+    raise ValueError(f"--data: unknown data set {name!r} (generated, rlla_test, bfcl)")
+
+
+def sample_ids(task_ids: list[str], n: int | None, seed: int) -> list[str]:
+    """``n`` of ``task_ids`` drawn without replacement with ``seed``, in their original order
+    (all of them when ``n`` is None or not smaller)."""
+    if n is None or n >= len(task_ids):
+        return list(task_ids)
+    keep = np.random.default_rng(seed).choice(len(task_ids), size=n, replace=False)
+    return [task_ids[i] for i in sorted(keep.tolist())]
+
+
+# --------------------------------------------------------------------------- evaluation
+def diagnostics(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the answers look like: unreadable-call share, the commonest errors, a sample."""
+    errors = Counter(str(r["info"].get("error", ""))[:80] for r in records if r["info"].get("error"))
+    return {
+        "unreadable_share": 100.0 * sum(errors.values()) / max(len(records), 1),
+        "has_tool_call_tag_share": 100.0 * float(np.mean(["<tool_call>" in r["text"] for r in records])),
+        "mean_answer_chars": float(np.mean([len(r["text"]) for r in records])),
+        "top_errors": errors.most_common(3),
+        "sample_answer": records[0]["text"][:400] if records else "",
+    }
+
+
+def evaluate_stage(
+    config: Path, stage: str, source: str, data: str, n: int | None, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Evaluate one stage on one data set (greedy); the result without per-episode texts."""
+    import torch
+
+    import corrgrpo_envs
+    from trainer.config import load_config
+    from trainer.evaluate import evaluate
+
+    overrides, split = dataset_overrides(data, args.out)
+    overrides += [f"rollout.max_new_tokens={args.max_new_tokens}", f"train.seed={args.seed}"]
+    cfg = load_config(config, overrides)
+    env_kwargs = {k: v for k, v in cfg.env.items() if k != "id"}
+    probe = corrgrpo_envs.make(cfg.env["id"], **{**env_kwargs, "split": split}).unwrapped
+    ids = sample_ids(list(probe.task_ids), n, args.seed)
+    probe.close()
+    torch.set_num_threads(args.threads)
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    result = evaluate(
+        cfg, checkpoint=None if source == "base" else source, split=split, greedy=True,
+        batch_size=args.batch_size, progress=False, task_ids=ids,
+    )
+    records = result.pop("records")
+    result.update(
+        stage=stage, source=source, data=data, sample_seed=args.seed, max_new_tokens=args.max_new_tokens,
+        torch_threads=torch.get_num_threads(), load_average_at_start=load,
+        wall_seconds=time.perf_counter() - t0, diagnostics=diagnostics(records),
+        answers=[{"task_id": r["task_id"], "text": r["text"], "rewards": r["reward_components"]} for r in records],
+    )
+    return result
+
+
+# ------------------------------------------------------------------------------ report
+def _rows(result: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
+    """``(label, metrics)`` of a result: the whole data set, then each part when it has several."""
+    metrics = result["metrics"]
+    parts = sorted({k.split("/", 1)[0] for k in metrics if "/" in k})
+    rows = [(result["data"], {k: v for k, v in metrics.items() if "/" not in k})]
+    if len(parts) > 1:
+        rows += [(p, {k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith(p + "/")}) for p in parts]
+    return rows
+
+
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    """The stage x data set table (all-exact with its 95 % Wilson interval, components in %)."""
+    lines = [
+        "| stage | data set | n (with calls / all) | all-exact % [95 % CI] | function_name | parameter | values | format | unreadable | wall |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        diag = result.get("diagnostics", {})
+        for label, m in _rows(result):
+            if "all_exact_accuracy" in m:
+                exact = f"{m['all_exact_accuracy']:.1f} [{m['all_exact_ci95_low']:.1f}, {m['all_exact_ci95_high']:.1f}]"
+            else:
+                exact = "n/a"
+            comps = " | ".join(f"{m[c]:.1f}" if c in m else "n/a" for c in COMPONENTS)
+            whole = label == result["data"]
+            unreadable = f"{diag.get('unreadable_share', float('nan')):.0f} %" if whole else ""
+            wall = f"{result.get('wall_seconds', result.get('seconds', 0.0)):.0f} s" if whole else ""
+            lines.append(
+                f"| {result['stage']} | {label} | {int(m.get('num_with_calls', 0))} / {int(m.get('num_examples', 0))} "
+                f"| {exact} | {comps} | {unreadable} | {wall} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out: Path, results: list[dict[str, Any]]) -> None:
+    """``report.json`` (results without answers) and ``report.md`` in ``out``."""
+    slim = [{k: v for k, v in r.items() if k != "answers"} for r in results]
+    (out / "report.json").write_text(json.dumps(slim, indent=2, default=str), encoding="utf-8")
+    (out / "report.md").write_text(markdown_table(results), encoding="utf-8")
+
+
+def _pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
+    out = []
+    for v in values:
+        name, sep, rest = v.partition("=")
+        if not sep or not name or not rest:
+            raise SystemExit(f"{flag} {v!r}: expected NAME=VALUE")
+        out.append((name, rest))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="eval config (env and model sections)")
+    parser.add_argument("--stage", action="append", default=[], help="NAME=base or NAME=checkpoint/model folder")
+    parser.add_argument("--data", action="append", default=[], help="NAME=N: generated, rlla_test, bfcl; N tasks (all: 0)")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "learning_toolcall")
+    parser.add_argument("--max-new-tokens", type=int, default=160)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the task samples")
+    parser.add_argument("--redo", action="store_true", help="re-evaluate pairs that already have a result file")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stages = _pairs(args.stage, "--stage")
+    data = [(name, int(n) or None) for name, n in _pairs(args.data, "--data")]
+    results = []
+    for stage, source in stages:
+        for name, n in data:
+            path = args.out / f"{stage}-{name}.json"
+            if path.exists() and not args.redo:
+                results.append(json.loads(path.read_text(encoding="utf-8")))
+                continue
+            result = evaluate_stage(args.config, stage, source, name, n, args)
+            path.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+            results.append(result)
+            write_report(args.out, results)
+            print(f"{stage} {name}: {result['metrics'].get('all_exact_accuracy')} ({result['wall_seconds']:.0f} s)", flush=True)
+    write_report(args.out, results)
+    print(markdown_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
