@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import yaml
+
+from corrgrpo_envs.yaml_files import load_yaml
 
 __all__ = [
     "register",
@@ -74,8 +75,7 @@ def resolve_config_path(path: str | Path) -> Path:
 def load_env_config(path: str | Path) -> dict[str, Any]:
     """The ``env:`` section of a YAML config (``id`` plus keyword arguments)."""
     resolved = resolve_config_path(path)
-    with open(resolved, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
+    data = load_yaml(resolved) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{resolved}: expected a mapping at the top level")
     section = data.get("env", data)

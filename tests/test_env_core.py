@@ -246,3 +246,13 @@ def test_make_entry_points(tmp_path, monkeypatch):
         corrgrpo_envs.make("no_such_module_abc:Env")
     with pytest.raises(ValueError, match="entry point"):
         corrgrpo_envs.make("not an id")
+
+
+def test_env_yaml_with_a_duplicated_key_is_rejected(tmp_path):
+    from corrgrpo_envs.registry import load_env_config
+    from corrgrpo_envs.yaml_files import DuplicateKeyError
+
+    path = tmp_path / "twice.yaml"
+    path.write_text("env:\n  id: corrgrpo/ScaleDominance-v0\n  num_tasks: 4\n  num_tasks: 5\n")
+    with pytest.raises(DuplicateKeyError, match=r"twice.yaml:4: duplicate key 'num_tasks' \(first set on line 3\)"):
+        load_env_config(path)

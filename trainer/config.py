@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 import yaml
 
+from corrgrpo_envs.yaml_files import DuplicateKeyError
+from corrgrpo_envs.yaml_files import load_yaml as load_strict_yaml
 from trainer.lora import LoraConfig
 
 __all__ = [
@@ -510,33 +512,12 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe YAML loader that rejects a key repeated in one mapping."""
-
-    source = "<yaml>"
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise ConfigError(
-                    f"{self.source}:{line}: duplicate key {key!r} (first set on line {seen[key]})"
-                )
-            seen[key] = line
-        return super().construct_mapping(node, deep=deep)
-
-
 def load_yaml(path: str | Path) -> Any:
     """Parse a YAML file safely; a key repeated in one mapping is a :class:`ConfigError`."""
-    text = Path(path).read_text(encoding="utf-8")
-    loader = _UniqueKeyLoader(text)
-    loader.source = str(path)
     try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
+        return load_strict_yaml(path)
+    except DuplicateKeyError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
