@@ -94,7 +94,11 @@ def make_engine(name: str, model: Any, tokenizer: Any, cfg: Any) -> RolloutEngin
 
 @register_engine("hf")
 class HFEngine(RolloutEngine):
-    """transformers ``generate`` on the training model itself: nothing to sync."""
+    """transformers ``generate`` on the training model itself: nothing to sync.
+
+    With ``rollout.overlap`` it samples from a second model instance instead (the update
+    runs while it generates), whose weights :meth:`sync_weights` copies from the trainer's.
+    """
 
     samples_from_training_model = True
 
@@ -102,6 +106,16 @@ class HFEngine(RolloutEngine):
         super().__init__(model, tokenizer, cfg)
         from agents.hf_policy import HFPolicy
 
+        self._copy = None
+        if getattr(cfg.rollout, "overlap", False):
+            from trainer.fsdp import is_sharded
+
+            if is_sharded(model):
+                raise ValueError("rollout.overlap=true with rollout.backend=hf needs an unsharded model (no FSDP)")
+            import copy
+
+            self._copy = model = copy.deepcopy(model).eval().requires_grad_(False)
+            self.samples_from_training_model = False
         self._policy = HFPolicy(model, tokenizer, decoder=cfg.rollout.hf_decoder)
 
     @property
@@ -109,7 +123,9 @@ class HFEngine(RolloutEngine):
         return self._policy
 
     def sync_weights(self, model: Any) -> None:
-        """Nothing to do: the policy is the training model."""
+        """Nothing to do without overlap (the policy is the training model); else copy the weights."""
+        if self._copy is not None:
+            self._copy.load_state_dict(model.state_dict())
 
 
 @register_engine("vllm")
@@ -119,9 +135,11 @@ class VLLMEngine(RolloutEngine):
     def __init__(self, model: Any, tokenizer: Any, cfg: Any):
         super().__init__(model, tokenizer, cfg)
         from agents.vllm_policy import VLLMPolicy
+        from trainer.fsdp import full_state_dict, is_sharded
 
         folder = Path(tempfile.mkdtemp(prefix="corrgrpo-vllm-"))
-        model.save_pretrained(folder)
+        # under FSDP the full weights (a collective: each process starts its own engine)
+        model.save_pretrained(folder, state_dict=full_state_dict(model) if is_sharded(model) else None)
         tokenizer.save_pretrained(folder)
         kwargs = {"dtype": cfg.model.dtype, **cfg.rollout.vllm_kwargs}
         self._policy = VLLMPolicy(folder, tokenizer, **kwargs)
