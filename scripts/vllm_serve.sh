@@ -12,7 +12,8 @@
 # interface, never a public one), NAME (served model name, default policy), PYTHON (default
 # python3), DEVICE (cuda or cpu, default cuda when nvidia-smi works), GPUS_PER_SERVER (default 1,
 # the tensor-parallel size), WEIGHT_TRANSFER (GPUs: nccl), KV_CACHE_BYTES (CPU, default 256 MiB),
-# LOG_DIR (default ./vllm-serve-logs), VLLM_API_KEY (optional; the trainer reads the same variable).
+# LOG_DIR (default ./vllm-serve-logs), VLLM_API_KEY (optional; the trainer reads the same variable;
+# it guards only the /v1 routes, not the weight endpoints: keep HOST private).
 #
 # Flags and why:
 #   VLLM_SERVER_DEV_MODE=1       the endpoints the trainer pushes weights through: /collective_rpc
@@ -28,7 +29,7 @@
 set -euo pipefail
 
 if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
-    sed -n '2,29p' "$0"
+    sed -n '2,30p' "$0"
     exit 2
 fi
 MODEL="$1"; shift

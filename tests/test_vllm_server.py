@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -76,10 +77,12 @@ def server(tmp_path_factory):
 
     threading.Thread(target=read, daemon=True).start()
     try:
-        if not ready.wait(420):
-            log = (folder / "logs" / "server-0.log")
-            tail = log.read_text()[-3000:] if log.exists() else ""
-            pytest.fail(f"vllm_serve.sh did not get ready in 420 s: {''.join(lines)}\n{tail}")
+        deadline = time.monotonic() + 420
+        while not ready.wait(1.0):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log = folder / "logs" / "server-0.log"
+                tail = log.read_text()[-3000:] if log.exists() else ""
+                pytest.fail(f"vllm_serve.sh did not get ready (exit code {proc.poll()}): {''.join(lines)}\n{tail}")
         assert f"rollout.server.urls=[http://127.0.0.1:{port}/v1]" in lines[-1]
         yield f"http://127.0.0.1:{port}/v1"
     finally:
@@ -216,6 +219,14 @@ def test_dead_server_is_waited_for_and_gets_the_current_weights(server, relay, t
     assert trainer.engine.served_version(server) == trainer.engine.version_tag
     ids = list(range(7, 30))
     torch.testing.assert_close(torch.tensor(trainer.policy.score(ids)), trainer_logprobs(trainer, ids), atol=1e-4, rtol=0)
+
+    # a push that finds the server down waits for it and pushes again
+    relay.mode = "close"
+    threading.Timer(2.0, lambda: setattr(relay, "mode", "forward")).start()
+    with caplog.at_level(logging.WARNING, logger="trainer.server_engine"):
+        trainer.engine.sync_weights(trainer.unwrapped)
+    assert "pushing weights to rollout server" in caplog.text
+    assert trainer.engine.served_version(server) == trainer.engine.version_tag
     trainer.engine.close()
 
 

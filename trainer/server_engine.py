@@ -244,6 +244,28 @@ class ServerEngine(RolloutEngine):
         finally:
             self._request(url, "POST", "/resume")
 
+    def _push_or_recover(self, url: str) -> None:
+        """Push to ``url``; if that fails (and ``generation_retries`` allows), wait for the server
+        to answer again and push once more; a server left behind stops the run."""
+        try:
+            self._push(url)
+            return
+        except RolloutServerError as exc:
+            failure = exc
+        if self.settings.generation_retries > 0:
+            logger.warning("pushing weights to rollout server %s failed (%s); waiting for it", url, failure)
+            try:
+                self._wait_healthy(url, time.monotonic() + self.settings.recovery_timeout, "recovery_timeout")
+                self._push(url, restarted=True)
+                return
+            except RolloutServerError as exc:
+                failure = exc
+        raise RolloutServerError(
+            f"rollout server {server_root(url)} did not take the weights of version {self.version}: {failure}; "
+            "the run stops with its last checkpoint intact: resume with train.resume=auto once the servers "
+            "answer", server_root(url),
+        ) from failure
+
     def sync_weights(self, model: Any) -> None:
         """Write the weights (rank 0) and reload them on every server; collective under FSDP."""
         from trainer.fsdp import full_state_dict
@@ -257,7 +279,7 @@ class ServerEngine(RolloutEngine):
             else:
                 _write_safetensors(state, self._folder(self.version))
             for url in self.urls:
-                self._push(url)
+                self._push_or_recover(url)
             shutil.rmtree(self._folder(self.version - 1), ignore_errors=True)
             self.last_push_seconds = time.perf_counter() - started
         if _distributed()[1] > 1:
