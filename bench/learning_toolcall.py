@@ -110,6 +110,9 @@ def evaluate_stage(
     overrides, split = dataset_overrides(data, args.out)
     overrides += [f"rollout.max_new_tokens={args.max_new_tokens}", f"train.seed={args.seed}"]
     cfg = load_config(config, overrides)
+    if data != "generated":
+        # the generator's options (prompt style, distractor tools) mean nothing to the file loaders
+        cfg.env.pop("dataset_options", None)
     env_kwargs = {k: v for k, v in cfg.env.items() if k != "id"}
     probe = corrgrpo_envs.make(cfg.env["id"], **{**env_kwargs, "split": split}).unwrapped
     ids = sample_ids(list(probe.task_ids), n, args.seed)
@@ -189,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stage", action="append", default=[], help="NAME=base or NAME=checkpoint/model folder")
     parser.add_argument("--data", action="append", default=[], help="NAME=N: generated, rlla_test, bfcl; N tasks (all: 0)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "learning_toolcall")
-    parser.add_argument("--max-new-tokens", type=int, default=160)
+    parser.add_argument("--max-new-tokens", type=int, default=144)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--seed", type=int, default=0, help="seed of the task samples")
