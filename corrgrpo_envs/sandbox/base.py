@@ -134,11 +134,15 @@ class Sandbox(ABC):
     fresh_cpu_visible: bool = True
 
     def __init__(self, limits: Limits | None = None, python: str | None = None,
-                 paths: list[str] | None = None):
+                 paths: list[str] | None = None, hide: list[str] | None = None):
         self.limits = limits or Limits()
         self.python = python or sys.executable
         #: folders appended to ``sys.path`` in the sandbox (e.g. for ``sortedcontainers``).
         self.paths = list(paths or [])
+        #: host files and folders programs must not read even inside an allowed folder (data
+        #: sets, reference caches): covered in the process and bwrap views
+        #: (:mod:`corrgrpo_envs.sandbox.view`); a container holds no host file to begin with.
+        self.hide = [str(p) for p in (hide or [])]
 
     @abstractmethod
     def run(self, program: str, limits: Limits | None = None) -> RunResult:

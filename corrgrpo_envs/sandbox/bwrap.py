@@ -1,11 +1,13 @@
 """The ``bwrap`` backend: bubblewrap around a fresh interpreter.
 
 ``bwrap`` (``apt-get install bubblewrap``) builds the sandbox before the
-interpreter starts: the host's root bound read-only, a private ``/dev`` with
+interpreter starts: a new root with only the allow-list view of the host
+(:mod:`corrgrpo_envs.sandbox.view`: system folders, a minimal ``/etc``, the
+interpreter, the extra ``paths``, each bound read-only; the ``hide`` paths
+inside them covered; nothing else of the host), a private ``/dev`` with
 only ``null``, ``zero``, ``random`` and ``urandom`` (read-only, plus a
 size-capped ``/dev/shm``), a private ``/proc`` (bubblewrap keeps ``/proc/sys``
-read-only), size-capped private ``/tmp`` and ``/var/tmp``, home folders hidden
-by empty read-only tmpfs, new user, pid, network, IPC and UTS namespaces,
+read-only), size-capped private ``/tmp`` and ``/var/tmp``, new user, pid, network, IPC and UTS namespaces,
 uid/gid 65534 inside, a new session, and the sandbox dies with its parent. The
 program (fresh) or the fork server is the namespace's pid 1: there is no
 bubblewrap init a program could ptrace.
@@ -41,13 +43,8 @@ from corrgrpo_envs.sandbox.base import (
 from corrgrpo_envs.sandbox.cgroups import new_cgroup
 from corrgrpo_envs.sandbox.forkserver import ForkingSandbox
 from corrgrpo_envs.sandbox.hostuser import host_is_root, sandbox_uid
-from corrgrpo_envs.sandbox.process import (
-    COVERED,
-    PRIVATE_TMPFS,
-    hidden_paths,
-    interpreter_roots,
-    keep_visible,
-)
+from corrgrpo_envs.sandbox.process import PRIVATE_TMPFS, keep_visible
+from corrgrpo_envs.sandbox.view import filesystem_view, interpreter_roots
 
 __all__ = ["BwrapSandbox", "bwrap_available", "bwrap_unavailable_reason"]
 
@@ -94,19 +91,22 @@ class BwrapSandbox(ForkingSandbox):
     Args:
         limits: default :class:`Limits`.
         python: the interpreter (default: the current one).
-        paths: folders appended to the program's ``sys.path``.
+        paths: folders appended to the program's ``sys.path`` (and bound into its view).
         uid: the (unprivileged) user id inside the sandbox.
         reuse: ``auto``/``fork``: one long-lived sandbox with a fork server per
             worker; ``fresh``: a new sandbox and interpreter per program.
         max_programs: programs one fork server runs before it is replaced.
+        hide: files and folders to cover inside the allowed ones (data sets, caches),
+            besides :func:`~corrgrpo_envs.sandbox.view.default_hidden`.
     """
 
     name = "bwrap"
 
     def __init__(self, limits: Limits | None = None, python: str | None = None,
                  paths: list[str] | None = None, uid: int = 65534, reuse: str = "auto",
-                 max_programs: int = 1000, _probe: bool = True):
-        super().__init__(limits, python, paths, reuse, max_programs)
+                 max_programs: int = 1000, hide: list[str] | None = None,
+                 _probe: bool = True):
+        super().__init__(limits, python, paths, reuse, max_programs, hide)
         self.uid = int(uid)
         self._bwrap = shutil.which("bwrap")
         if _probe:
@@ -127,47 +127,57 @@ class BwrapSandbox(ForkingSandbox):
                 "tmpfs_bytes": int(limits.file_size_mb) << 20, "keep": self._keeps()}
 
     def _keeps(self) -> list[str]:
-        """Folders the program must see that something of the sandbox covers."""
-        return keep_visible([*hidden_paths(), *COVERED], self.python, self.paths)
+        """Folders the program must see under a fork child's fresh tmpfs (``/tmp``)."""
+        return keep_visible(list(PRIVATE_TMPFS), self.python, self.paths)
 
     def _prefix(self, limits: Limits, fork: bool) -> list[str]:
-        """``bwrap`` and its options (behind a root-only staging step as root): all before python."""
+        """``bwrap`` and its options (behind a root-only staging step as root): all before python.
+
+        The new root holds only the allow-list view (:mod:`corrgrpo_envs.sandbox.view`),
+        each folder bound read-only on its own; the ``hide`` paths inside them are
+        covered after the binds.
+        """
         if not self._bwrap:
             raise SandboxUnavailable("bwrap is not installed (apt-get install bubblewrap)")
         size = str(int(limits.file_size_mb) << 20)
         as_root = host_is_root()
-        hidden = hidden_paths()
-        # As root every folder the interpreter needs is staged (its parents may be root-only);
-        # as a user only those that the sandbox's own mounts cover are bound again.
-        keeps = sorted(set(interpreter_roots(self.python)) | set(self.paths)) if as_root \
-            else self._keeps()
+        view = filesystem_view(self.python, self.paths, self.hide, PRIVATE_TMPFS)
+        # As root the interpreter's folders and ``paths`` are staged (their parents may be
+        # root-only, and bubblewrap runs as an unprivileged uid); system folders are bound as is.
+        own = {os.path.realpath(p) for p in [*interpreter_roots(self.python), *self.paths]} \
+            | {os.path.abspath(p) for p in [*interpreter_roots(self.python), *self.paths]}
+        staged = [b for b in view.binds if as_root and b in own]
         staging = ""
-        if as_root and keeps:
+        if staged:
             staging = next((d for d in _STAGING if os.path.isdir(d) and not any(
-                k == d or k.startswith(d + "/") for k in keeps)), "")
+                k == d or k.startswith(d + "/") for k in staged)), "")
             if not staging:
                 raise SandboxUnavailable(f"no folder to stage the interpreter in (one of {_STAGING})")
-        cmd = [
-            self._bwrap, "--ro-bind", "/", "/", "--proc", "/proc",
-            "--size", "65536", "--tmpfs", "/dev",
-        ]
-        for dev in ("null", "zero", "random", "urandom"):
-            cmd += ["--dev-bind", f"/dev/{dev}", f"/dev/{dev}"]
+        steps: list[tuple[str, list[str]]] = []
+        for path in view.binds:
+            source = f"{staging}/{staged.index(path)}" if path in staged else path
+            steps.append((path, ["--ro-bind", source, path]))
+        for path, target in view.links:
+            steps.append((path, ["--symlink", target, path]))
+        for point in PRIVATE_TMPFS:
+            steps.append((point, ["--size", size, "--perms", "1777", "--tmpfs", point]))
+        dev = ["--size", "65536", "--tmpfs", "/dev"]
+        for name in ("null", "zero", "random", "urandom"):
+            dev += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
         for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                              ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
-            cmd += ["--symlink", target, f"/dev/{name}"]
-        for point in PRIVATE_TMPFS:
-            cmd += ["--size", size, "--perms", "1777", "--tmpfs", point]
+            dev += ["--symlink", target, f"/dev/{name}"]
+        steps += [("/dev", dev), ("/proc", ["--proc", "/proc"])]
+        cmd = [self._bwrap]
+        for _, options in sorted(steps, key=lambda s: s[0].split("/")):
+            cmd += options
         cmd += ["--remount-ro", "/dev"]
-        covers = [*hidden, *([staging] if staging else [])]
-        for path in covers:
-            cmd += ["--size", "65536", "--perms", "0755", "--tmpfs", path]
-        for i, path in enumerate(keeps):
-            cmd += ["--ro-bind", f"{staging}/{i}" if staging else path, path]
-        for path in covers:
-            cmd += ["--remount-ro", path]
+        for path in view.hide_dirs:
+            cmd += ["--size", "4096", "--perms", "0755", "--tmpfs", path, "--remount-ro", path]
+        for path in view.hide_files:  # (a nodev bind: the file cannot be opened at all)
+            cmd += ["--ro-bind", "/dev/null", path]
         cmd += [
-            "--dir", SANDBOX_CWD, "--chdir", SANDBOX_CWD,
+            "--dir", SANDBOX_CWD, "--chdir", SANDBOX_CWD, "--remount-ro", "/",
             "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--uid", str(self.uid), "--gid", str(self.uid),
             "--new-session", "--die-with-parent", "--as-pid-1",
@@ -183,7 +193,7 @@ class BwrapSandbox(ForkingSandbox):
         ]
         if not as_root:
             return cmd
-        return [*_root_staging(staging, keeps, sandbox_uid()), *cmd]
+        return [*_root_staging(staging, staged, sandbox_uid()), *cmd]
 
     def run(self, program: str, limits: Limits | None = None) -> RunResult:
         limits = limits or self.limits

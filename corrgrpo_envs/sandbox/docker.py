@@ -100,6 +100,9 @@ class DockerSandbox(ForkingSandbox):
         reuse: ``auto``/``fork``: one container with a fork server per worker;
             ``fresh``: one container per program.
         max_programs: programs one fork server runs before it is replaced.
+        hide: accepted for a common interface and unused: the container's file system is
+            the image's, and no host folder is bound into it (but the fork server's
+            read-only control-socket folder), so no host data file is there to hide.
     """
 
     name = "docker"
@@ -107,8 +110,8 @@ class DockerSandbox(ForkingSandbox):
 
     def __init__(self, limits: Limits | None = None, image: str | None = None,
                  python: str = "python3", cpus: float = 1.0, paths: list[str] | None = None,
-                 reuse: str = "auto", max_programs: int = 1000):
-        super().__init__(limits, python, paths, reuse, max_programs)
+                 reuse: str = "auto", max_programs: int = 1000, hide: list[str] | None = None):
+        super().__init__(limits, python, paths, reuse, max_programs, hide)
         self.image = image or DEFAULT_IMAGE
         self.cpus = float(cpus)
         ok, reason = docker_available(self.image)

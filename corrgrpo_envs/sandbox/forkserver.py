@@ -419,8 +419,9 @@ class ForkingSandbox(Sandbox):
     """
 
     def __init__(self, limits: Limits | None = None, python: str | None = None,
-                 paths: list[str] | None = None, reuse: str = "auto", max_programs: int = 1000):
-        super().__init__(limits, python, paths)
+                 paths: list[str] | None = None, reuse: str = "auto", max_programs: int = 1000,
+                 hide: list[str] | None = None):
+        super().__init__(limits, python, paths, hide)
         if reuse not in REUSE_MODES:
             raise ValueError(f"reuse must be one of {REUSE_MODES}, got {reuse!r}")
         if int(max_programs) < 1:

@@ -1,10 +1,13 @@
 """The ``process`` backend: a fresh interpreter in its own namespaces.
 
 Each program runs as ``unshare --net --mount --pid --ipc --uts --fork
---kill-child python -I -S -c RUNNER`` in its own session. Inside, the runner makes every mount
-read-only, gives the program private, size-capped ``/tmp``, ``/var/tmp`` and
-``/dev/shm``, hides the user's home folder, mounts a ``/proc`` that shows only
-the sandbox's own processes, drops every capability and sets resource limits.
+--kill-child python -I -S -c RUNNER`` in its own session. Inside, the runner builds a new
+root (a tmpfs it pivots into) that holds only the allow-list view of the host
+(:mod:`corrgrpo_envs.sandbox.view`: system folders, a minimal ``/etc``, the
+interpreter, the extra ``paths``, each bound read-only, the ``hide`` paths inside
+them covered), gives the program private, size-capped ``/tmp``, ``/var/tmp`` and
+``/dev/shm``, mounts a ``/proc`` that shows only the sandbox's own processes,
+drops every capability and sets resource limits.
 The wall timeout kills the whole process group; the pid namespace takes any
 child the program left behind with it.
 
@@ -25,11 +28,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import warnings
-from pathlib import Path
 
 from corrgrpo_envs.sandbox.base import (
     SANDBOX_CWD,
@@ -41,35 +42,18 @@ from corrgrpo_envs.sandbox.base import (
 from corrgrpo_envs.sandbox.cgroups import new_cgroup
 from corrgrpo_envs.sandbox.forkserver import ForkingSandbox
 from corrgrpo_envs.sandbox.hostuser import host_is_root, sandbox_uid
+from corrgrpo_envs.sandbox.view import filesystem_view, interpreter_roots
 
-__all__ = ["ProcessSandbox", "SandboxDowngrade", "hidden_paths", "interpreter_roots",
-           "isolation_warning"]
-
-
-def interpreter_roots(python: str) -> list[str]:
-    """Folders the sandboxed interpreter needs to see (its prefixes and executable)."""
-    roots = {sys.base_prefix, sys.prefix, sys.exec_prefix, str(Path(python).resolve().parent)}
-    here = Path(python).absolute().parent  # the path it is started by (a venv's bin/, a link)
-    roots.add(str(here))
-    if (here.parent / "pyvenv.cfg").is_file():  # a venv: python reads its pyvenv.cfg
-        roots.add(str(here.parent))
-    return sorted(r for r in roots if r)
+__all__ = ["ProcessSandbox", "SandboxDowngrade", "interpreter_roots", "isolation_warning",
+           "keep_visible"]
 
 
-def hidden_paths() -> list[str]:
-    """The user's home and ``/root``: hidden from programs (replaced by empty folders)."""
-    paths = {str(Path(os.path.expanduser("~")).resolve()), "/root"}
-    # (a home under /tmp is already replaced by the sandbox's own /tmp)
-    private = ("/tmp", "/var/tmp", "/dev/shm")
-    return sorted(p for p in paths if p not in ("/", "") and os.path.isdir(p)
-                  and not any(p == t or p.startswith(t + "/") for t in private))
-
-
-def keep_visible(hidden: list[str], python: str, extra: list[str]) -> list[str]:
-    """Folders under a hidden one that must stay readable (the interpreter, extra paths)."""
+def keep_visible(covered: list[str], python: str, extra: list[str]) -> list[str]:
+    """Folders under a covered one (a fork child's fresh ``/tmp``) that must stay readable
+    (the interpreter, extra paths)."""
     keep = []
     for root in [*interpreter_roots(python), *extra]:
-        if any(root == h or root.startswith(h.rstrip("/") + "/") for h in hidden):
+        if any(root == h or root.startswith(h.rstrip("/") + "/") for h in covered):
             keep.append(root)
     return sorted(set(keep))
 
@@ -97,11 +81,13 @@ class ProcessSandbox(ForkingSandbox):
     Args:
         limits: default :class:`Limits` for :meth:`run`.
         python: the interpreter (default: the current one).
-        paths: folders appended to the program's ``sys.path``.
+        paths: folders appended to the program's ``sys.path`` (and bound into its view).
         isolation: ``"auto"`` (namespaces when ``unshare`` works, else
             rlimits only), ``"namespaces"`` (fail if unavailable) or ``"rlimits"``.
         reuse: ``auto`` (fork servers when namespaces work), ``fork`` or ``fresh``.
         max_programs: programs one fork server runs before it is replaced.
+        hide: files and folders to cover inside the allowed ones (data sets, caches),
+            besides :func:`~corrgrpo_envs.sandbox.view.default_hidden`.
     """
 
     name = "process"
@@ -109,8 +95,8 @@ class ProcessSandbox(ForkingSandbox):
 
     def __init__(self, limits: Limits | None = None, python: str | None = None,
                  paths: list[str] | None = None, isolation: str = "auto", reuse: str = "auto",
-                 max_programs: int = 1000):
-        super().__init__(limits, python, paths, reuse, max_programs)
+                 max_programs: int = 1000, hide: list[str] | None = None):
+        super().__init__(limits, python, paths, reuse, max_programs, hide)
         if isolation not in ("auto", "namespaces", "rlimits"):
             raise ValueError(f"isolation must be auto, namespaces or rlimits, got {isolation!r}")
         self._wanted = isolation
@@ -176,18 +162,20 @@ class ProcessSandbox(ForkingSandbox):
     def _server_config(self, limits: Limits, fork: bool = True) -> dict:
         """Mount, uid and capability set-up (a fresh run's header asks the runner for the same).
 
-        Read-only root, a private ``/dev`` (null, zero, random, urandom), read-only
-        ``/proc/sys``, empty read-only home folders, size-capped private ``/tmp``,
-        ``/var/tmp`` and ``/dev/shm``; as host root, programs run as a fresh unprivileged
-        uid. A fork server also gives every child its own mount and IPC namespaces with
-        fresh tmpfs mounts.
+        A new root with only the allow-list view (:mod:`corrgrpo_envs.sandbox.view`:
+        system folders, a minimal ``/etc``, the interpreter, ``paths``; ``hide``
+        covered), read-only; a private ``/dev`` (null, zero, random, urandom),
+        read-only ``/proc/sys``, size-capped private ``/tmp``, ``/var/tmp`` and
+        ``/dev/shm``; as host root, programs run as a fresh unprivileged uid. A fork
+        server also gives every child its own mount and IPC namespaces with fresh
+        tmpfs mounts.
         """
-        hidden = hidden_paths()
+        view = filesystem_view(self.python, self.paths, self.hide, PRIVATE_TMPFS)
         config = {
             "cwd": SANDBOX_CWD, "isolate_fs": True, "drop_caps": True,
-            "tmpfs": list(PRIVATE_TMPFS), "hidden": hidden,
+            "tmpfs": list(PRIVATE_TMPFS), "view": view.header(),
             "tmpfs_bytes": int(limits.file_size_mb) << 20,
-            "keep": keep_visible([*hidden, *COVERED], self.python, self.paths),
+            "keep": keep_visible(list(PRIVATE_TMPFS), self.python, self.paths),
             "program_uid": sandbox_uid() if host_is_root() else None,
         }
         if fork:

@@ -178,52 +178,95 @@ def _tmpfs_with_keeps(points, size, keep, mode="1777", ro=False):
                 _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 def _isolate_fs(header):
-    # Runs as (namespace) root inside fresh mount, pid and network namespaces.
+    # Runs as (namespace) root inside fresh mount, pid and network namespaces. Builds a new
+    # root holding only the allow-list view (corrgrpo_envs.sandbox.view), then pivots into it:
+    # the host's other folders are absent, not merely unreadable.
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    # The host's device nodes a program may use; everything else of /dev disappears.
+    view = header["view"]
+    # Opened before anything is covered (the interpreter may live under /tmp or a hidden home).
+    sources = [(path, os.open(path, os.O_PATH)) for path in view["binds"]]
     devices = {name: os.open("/dev/" + name, os.O_PATH) for name in ("null", "zero", "random", "urandom")}
-    points = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            parts = line.split()
-            opts = parts[5].split(",")
-            flags = 0
-            for name, bit in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC)):
-                if name in opts:
-                    flags |= bit
-            points.append((parts[4].replace("\\040", " "), flags))
-    for target, flags in points:
-        if target.startswith("/proc"):
-            continue
-        try:
-            _mount(target, target, None, MS_BIND | MS_REC)
-            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
-        except OSError:
-            pass
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    # Kernel settings and triggers stay read-only even for a namespace root.
-    for sub in ("sys", "sysrq-trigger", "irq", "bus", "fs", "acpi"):
-        target = "/proc/" + sub
-        if os.path.exists(target):
-            _mount(target, target, None, MS_BIND | MS_REC)
-            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=65536,mode=755")
-    for name, fd in devices.items():
-        open("/dev/" + name, "w").close()
-        _mount("/proc/self/fd/%d" % fd, "/dev/" + name, None, MS_BIND)
-        os.close(fd)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
-        os.symlink(target, "/dev/" + name)
-    os.mkdir("/dev/shm")
+    new = "/tmp"  # the staging point: our own namespace's /tmp, covered by the new root
+    _mount("corrgrpo-root", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1048576,mode=755")
     size = header.get("tmpfs_bytes", 64 << 20)
-    keep = header.get("keep", [])
-    _tmpfs_with_keeps(header.get("hidden", []), 1 << 20, keep, mode="755", ro=True)
-    _tmpfs_with_keeps(header.get("tmpfs", []), size, keep)
-    _mount(None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
-    os.makedirs(header["cwd"], exist_ok=True)
+    writable = [new + t for t in header.get("tmpfs", [])]
+    steps = [(p, "bind", fd) for p, fd in sources] + [(p, "link", t) for p, t in view["links"]]
+    steps += [(t, "tmpfs", None) for t in header.get("tmpfs", []) if t != "/dev/shm"]
+    steps += [("/dev", "dev", None), ("/proc", "proc", None)]
+    for path, kind, arg in sorted(steps, key=lambda s: s[0].split("/")):
+        target = new + path
+        if kind == "link":
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if not os.path.lexists(target):
+                os.symlink(arg, target)
+            continue
+        if kind == "bind" and not os.path.isdir("/proc/self/fd/%d" % arg):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if not os.path.exists(target):
+                open(target, "w").close()
+        else:
+            os.makedirs(target, exist_ok=True)
+        if kind == "bind":
+            _mount("/proc/self/fd/%d" % arg, target, None, MS_BIND | MS_REC)
+            os.close(arg)
+        elif kind == "tmpfs":
+            _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=1777" % size)
+        elif kind == "proc":
+            _mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            # Kernel settings and triggers stay read-only even for a namespace root.
+            for sub in ("sys", "sysrq-trigger", "irq", "bus", "fs", "acpi"):
+                if os.path.exists(target + "/" + sub):
+                    _mount(target + "/" + sub, target + "/" + sub, None, MS_BIND | MS_REC)
+                    _mount(None, target + "/" + sub, None,
+                           MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        else:  # the host's device nodes a program may use; nothing else of /dev
+            _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=65536,mode=755")
+            for name, fd in devices.items():
+                open(target + "/" + name, "w").close()
+                _mount("/proc/self/fd/%d" % fd, target + "/" + name, None, MS_BIND)
+                os.close(fd)
+            for name, link in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                               ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+                os.symlink(link, target + "/" + name)
+            os.mkdir(target + "/shm")
+            if "/dev/shm" in header.get("tmpfs", []):
+                _mount("tmpfs", target + "/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=1777" % size)
+    os.makedirs(new + header["cwd"], exist_ok=True)
     if header.get("program_uid") is not None:
-        os.chown(header["cwd"], header["program_uid"], header["program_uid"])
+        os.chown(new + header["cwd"], header["program_uid"], header["program_uid"])
+    # Everything bound is read-only (each mount of a recursive bind on its own), keeping the
+    # flags a user namespace may not drop.
+    with open("/proc/self/mountinfo") as f:
+        mounts = [(p[4].replace("\\040", " "), p[5].split(",")) for p in (l.split() for l in f)]
+    for point, opts in mounts:
+        if not point.startswith(new + "/") or point in writable or point.startswith(new + "/proc"):
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for name, bit in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC)):
+            if name in opts:
+                flags |= bit
+        try:
+            _mount(None, point, None, flags)
+        except OSError:
+            if point != new + "/dev":
+                raise
+    ctypes, libc = _corrgrpo_libc()
+    os.chdir(new)
+    number = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+    if libc.syscall(number.get(os.uname().machine, 155), b".", b".") != 0:
+        raise OSError(ctypes.get_errno(), "pivot_root failed")
+    if libc.umount2(b".", 2) != 0:  # MNT_DETACH: the host's root leaves this namespace
+        raise OSError(ctypes.get_errno(), "umount of the old root failed")
+    os.chdir("/")
+    # Data inside allowed folders (reference solutions, tests): covered, after the pivot so that
+    # symbolic links resolve inside the new root.
+    for path in view["hide_dirs"]:
+        _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4096,mode=755")
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for path in view["hide_files"]:
+        _mount("/dev/null", path, None, MS_BIND)
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 #: Capabilities a fork server keeps to give each child fresh mount and IPC namespaces, switch
 #: it to the program's uid and kill what it leaves behind (the child then drops them all).
