@@ -10,13 +10,21 @@ contenders alternate over several rounds (this machine's noise is 10-15 %):
 
 The ratio corrgrpo/bare is the trainer's overhead.
 
+``--overlap`` compares the trainer with and without ``rollout.overlap`` instead (contenders
+``corrgrpo`` and ``overlap``, the same thread budget ``--threads`` each: overlap splits it
+between its two sides) on ``--setting`` quickstart, anchor (``env_configs/anchor_grpo.yaml``)
+or smollm2 (``env_configs/toolcall_smollm2.yaml``, ``--max-new-tokens`` shortens it); the
+machine's load average is printed with each process's result.
+
     python bench/train_step.py --steps 12 --rounds 2
+    python bench/train_step.py --overlap --setting anchor --steps 8 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -28,21 +36,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def child_corrgrpo(steps: int, out: str) -> dict:
+SETTINGS = {
+    "quickstart": "quickstart.yaml",
+    "anchor": "anchor_grpo.yaml",
+    "smollm2": "toolcall_smollm2.yaml",
+}
+
+
+def child_corrgrpo(steps: int, out: str, setting: str = "quickstart", overlap: bool = False,
+                   threads: int = 2, max_new_tokens: int | None = None) -> dict:
     import torch
 
     from trainer.config import load_config
     from trainer.trainer import Trainer
 
-    torch.set_num_threads(2)
-    cfg = load_config(
-        ROOT / "env_configs" / "quickstart.yaml",
-        [f"train.steps={steps}", f"train.output_dir={out}", "train.progress=false",
-         "train.tensorboard=false", "train.save_final=false", "train.log_samples=0"],
-    )
+    torch.set_num_threads(threads)
+    overrides = [f"train.steps={steps}", f"train.output_dir={out}", "train.progress=false",
+                 "train.tensorboard=false", "train.save_final=false", "train.log_samples=0",
+                 f"rollout.torch_threads={threads}"]
+    if overlap:
+        overrides += ["rollout.overlap=true", "algorithm.tis_cap=2.0"]
+    if max_new_tokens is not None:
+        overrides.append(f"rollout.max_new_tokens={max_new_tokens}")
+    cfg = load_config(ROOT / "env_configs" / SETTINGS[setting], overrides)
     Trainer(cfg).train()
     rows = [json.loads(x) for x in open(Path(out) / "metrics.jsonl")]
-    keys = ["time/step", "time/generate", "time/reward", "time/update"]
+    keys = ["time/step", "time/generate", "time/reward", "time/update", "reward/weighted/mean"]
     return {k: [r[k] for r in rows] for k in keys}
 
 
@@ -88,29 +107,72 @@ def child_bare(steps: int, out: str) -> dict:
     return times
 
 
-def run_child(kind: str, steps: int) -> dict:
+def run_child(kind: str, steps: int, extra: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
+        load_before = os.getloadavg()[0]
         subprocess.run(
-            [sys.executable, __file__, "--child", kind, "--steps", str(steps), "--out", str(out)],
+            [sys.executable, __file__, "--child", kind, "--steps", str(steps), "--out", str(out), *(extra or [])],
             check=True, cwd=ROOT,
         )
-        return json.loads(out.read_text())
+        result = json.loads(out.read_text())
+        result["load_average"] = [load_before, os.getloadavg()[0]]
+        return result
+
+
+def compare_overlap(args: argparse.Namespace) -> None:
+    """Synchronous vs overlapped trainer on one setting, fresh interleaved processes."""
+    extra = ["--setting", args.setting, "--threads", str(args.threads)]
+    if args.max_new_tokens is not None:
+        extra += ["--max-new-tokens", str(args.max_new_tokens)]
+    results: dict[str, list[dict]] = {"corrgrpo": [], "overlap": []}
+    for _ in range(args.rounds):
+        for kind in results:
+            run = run_child(kind, args.steps, extra)
+            results[kind].append(run)
+            print(f"{kind:9s} step s (steps 3+): {statistics.median(run['time/step'][2:]):.3f}  "
+                  f"load average {run['load_average'][0]:.1f} -> {run['load_average'][1]:.1f}", flush=True)
+    print(f"setting {args.setting}, {args.steps} steps, {args.threads} torch threads per process, "
+          f"median over steps 3+, median over {args.rounds} processes")
+    summary = {}
+    print(f"{'':10s} {'step s':>8s} {'generate':>9s} {'update':>8s} {'reward (last)':>14s}")
+    for kind, runs in results.items():
+        row = {key: statistics.median(statistics.median(r[key][2:]) for r in runs)
+               for key in ("time/step", "time/generate", "time/update")}
+        row["reward"] = statistics.median(r["reward/weighted/mean"][-1] for r in runs)
+        summary[kind] = row
+        print(f"{kind:10s} {row['time/step']:8.3f} {row['time/generate']:9.3f} {row['time/update']:8.3f} "
+              f"{row['reward']:14.3f}")
+    c, o = summary["corrgrpo"], summary["overlap"]
+    print(f"speed-up per step, synchronous/overlapped: {c['time/step'] / o['time/step']:.2f}x")
+    print(json.dumps({k: [{"time/step": r["time/step"], "reward": r["reward/weighted/mean"],
+                           "load_average": r["load_average"]} for r in v] for k, v in results.items()}))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--overlap", action="store_true", help="compare rollout.overlap against the synchronous loop")
+    p.add_argument("--setting", choices=sorted(SETTINGS), default="quickstart", help="with --overlap")
+    p.add_argument("--threads", type=int, default=2, help="torch threads per process, with --overlap")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="override rollout.max_new_tokens")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         with tempfile.TemporaryDirectory() as tmp:
-            fn = child_corrgrpo if args.child == "corrgrpo" else child_bare
-            times = fn(args.steps, str(Path(tmp) / "run"))
+            run = str(Path(tmp) / "run")
+            if args.child == "bare":
+                times = child_bare(args.steps, run)
+            else:
+                times = child_corrgrpo(args.steps, run, args.setting, args.child == "overlap",
+                                       args.threads, args.max_new_tokens)
         times["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         Path(args.out).write_text(json.dumps(times))
+        return
+    if args.overlap:
+        compare_overlap(args)
         return
     results: dict[str, list[dict]] = {"corrgrpo": [], "bare": []}
     for _ in range(args.rounds):

@@ -233,6 +233,10 @@ class RolloutConfig:
     torch_threads: int | None = _num(None, _POSITIVE_INT)
     """Torch threads per process (default: this process's share of the cores minus its
     reward worker processes, at least 1; see ``trainer.threads``)."""
+    overlap: bool = False
+    """Generate step t+1's rollouts while step t updates (``trainer.overlap``): a worker thread
+    samples from a copy of the policy synced after each update, so rollouts are one step
+    stale; needs ``algorithm.tis_cap`` (the importance correction against the sampler)."""
 
 
 @dataclass
@@ -480,6 +484,11 @@ def _check_plugins(cfg: Config) -> None:
         raise ConfigError(
             "rollout.server.urls: [] is not allowed with rollout.backend=server; allowed: one or more "
             "server URLs (scripts/vllm_serve.sh prints them)"
+        )
+    if cfg.rollout.overlap and a.tis_cap is None:
+        raise ConfigError(
+            "algorithm.tis_cap: null is not allowed with rollout.overlap=true; allowed: a cap >= 1 "
+            "such as 2.0 (overlapped rollouts come from the previous step's weights)"
         )
     if a.overlong_buffer is not None and a.overlong_buffer > cfg.rollout.max_new_tokens:
         raise ConfigError(

@@ -38,6 +38,7 @@ from trainer.config import Config, config_to_dict
 from trainer.engines import make_engine
 from trainer.fsdp import build_accelerator
 from trainer.lora import restore_adapter
+from trainer.overlap import OverlappedRollouts, overlap_threads
 from trainer.policy_forward import pack_episodes
 from trainer.progress import TrainProgress
 from trainer.reward_metrics import reward_metrics
@@ -109,6 +110,12 @@ class Trainer:
         tok = self.tokenizer
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id or 0
         self.last_advantages: torch.Tensor | None = None
+        self.overlap: OverlappedRollouts | None = None  # rollout.overlap: the next step's batch in a worker
+        if r.overlap:
+            torch.set_num_threads(overlap_threads(self.torch_threads))  # both sides compute at once
+            self.overlap = OverlappedRollouts(
+                self._collect, lambda: self.engine.sync_weights(self.unwrapped), cfg.train.steps
+            )
 
         self.logger = RunLogger(self.output_dir, tensorboard=cfg.train.tensorboard, enabled=acc.is_main_process)
         self.start_step = self._resume(cfg.train.resume) if cfg.train.resume else 0
@@ -131,6 +138,8 @@ class Trainer:
         restore_adapter(self.unwrapped, path)  # LoRA: model/ holds merged weights, the adapter beside
         self.logger.truncate_after(int(state["step"]))
         self.engine.sync_weights(self.unwrapped)
+        if self.overlap is not None:
+            self.overlap.load(path, self.rank)
         return int(state["step"])
 
     # ------------------------------------------------------------------ collect
@@ -148,7 +157,8 @@ class Trainer:
         """This process's share of the step's groups (after dynamic sampling)."""
         per, P = self.groups_per_process, self.cfg.algorithm.prompts_per_step
         tasks = self.sampler.tasks_for_step(step)[self.rank * per : (self.rank + 1) * per]
-        self.unwrapped.eval()
+        if self.overlap is None:  # overlapped: the engine samples from its own copy
+            self.unwrapped.eval()
         batch = self._play(step, 0, tasks, self.rank * per)
         if not self.dynamic_sampling:
             return batch
@@ -211,6 +221,8 @@ class Trainer:
                 periodic = cfg.train.save_every and (step + 1) % cfg.train.save_every == 0
                 if periodic or (step + 1 == steps and cfg.train.save_final):
                     self.save(step + 1)
+        if self.overlap is not None:
+            self.overlap.close()
         self.logger.close()
         self.venv.close()
         acc.wait_for_everyone()
@@ -219,7 +231,11 @@ class Trainer:
     def train_step(self, step: int) -> dict[str, Any]:
         """One step: collect, shape rewards, advantages, update, log; returns the logged record."""
         t0 = time.perf_counter()
-        batch = self._collect(step)
+        overlap_metrics: dict[str, float] = {}
+        if self.overlap is None:
+            batch = self._collect(step)
+        else:
+            batch, overlap_metrics = self.overlap.next_batch(step)
         t1 = time.perf_counter()
         rewards = self._shape_rewards(batch)
         advantages, result, all_rewards = self._advantages(rewards, batch.group_ids)
@@ -229,7 +245,10 @@ class Trainer:
         update_metrics = self.updater.update(
             packed, advantages, any_signal=bool(result.advantages.abs().max() > 0), step=step
         )
-        self.engine.sync_weights(self.unwrapped)
+        if self.overlap is None:
+            self.engine.sync_weights(self.unwrapped)
+        else:
+            self.overlap.after_update()  # the copy follows at the next step, once the worker is idle
         t3 = time.perf_counter()
         record = self._record(step, batch, result, all_rewards, update_metrics)
         record.update({
@@ -237,6 +256,7 @@ class Trainer:
             "time/reward": batch.reward_seconds + (t2 - t1),
             "time/update": t3 - t2,
             "time/step": t3 - t0,
+            **overlap_metrics,
         })
         if self.accelerator.is_main_process:
             self.logger.log(record)
@@ -286,6 +306,9 @@ class Trainer:
             config=config_to_dict(self.cfg),
         )
         self.accelerator.wait_for_everyone()
+        if self.overlap is not None:  # the next step's batch, sampled from weights not saved
+            self.overlap.save(path, self.rank)
+            self.accelerator.wait_for_everyone()
         return path
 
 
