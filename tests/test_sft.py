@@ -18,9 +18,11 @@ from trainer.config import ConfigError
 from trainer.run_logger import read_metrics
 from trainer.sft import (
     SFTTrainer,
+    bucket_examples,
     load_sft_config,
     pack_examples,
     packed_inputs,
+    padded_loss,
     sft_config_from_dict,
     token_loss,
 )
@@ -86,6 +88,13 @@ def test_packed_loss_equals_separate_sequences():
         logits = model(input_ids=torch.tensor([examples[1].token_ids])).logits[0]
     assert together[2] == sum(x[2] for x in apart) == 5 + 7 + 3
     torch.testing.assert_close(together[0], sum(x[0] for x in apart), rtol=1e-5, atol=1e-4)
+    # padded, length-bucketed rows give the same sums
+    padded = padded_loss(model, examples, torch.device("cpu"), pad_id=0)
+    assert padded[2] == together[2]
+    torch.testing.assert_close(padded[0], together[0], rtol=1e-5, atol=1e-4)
+    assert int(padded[1]) == int(together[1])
+    groups = bucket_examples(examples, budget=28)
+    assert [[len(e.token_ids) for e in g] for g in groups] == [[14, 9], [6]]
     # the same number as a plain forward pass with labels masked to the trained tokens
     e = examples[1]
     targets = torch.tensor(e.token_ids[1:])
@@ -122,18 +131,19 @@ def test_held_out_loss_falls_and_model_folder_is_plain(tmp_path, data):
 @pytest.mark.parametrize("lora", [False, True])
 def test_resume_reproduces_uninterrupted_run(tmp_path, data, lora):
     extra = {"lora": {"r": 4, "alpha": 8, "dropout": 0.1}} if lora else {}
+    packing = {"packing": "padded" if lora else "packed"}  # both batch layouts, end to end
     if lora:
         pytest.importorskip("peft", reason="LoRA needs the 'peft' package (extra 'lora')")
     model = {"name_or_path": "tiny", **extra}
-    full = SFTTrainer(_cfg(tmp_path / "a", data, model=model))
+    full = SFTTrainer(_cfg(tmp_path / "a", data, model=model, train=packing))
     full.train()
     expected = read_metrics(tmp_path / "a" / "run")
 
-    first = SFTTrainer(_cfg(tmp_path / "b", data, model=model))
+    first = SFTTrainer(_cfg(tmp_path / "b", data, model=model, train=packing))
     for step in range(2):
         first.logger.log(first.train_step(step))
     ckpt = first.save(2)
-    resumed = SFTTrainer(_cfg(tmp_path / "b", data, model=model, train={"resume": "auto"}))
+    resumed = SFTTrainer(_cfg(tmp_path / "b", data, model=model, train={"resume": "auto", **packing}))
     assert resumed.start_step == 2
     resumed.train()
     got = read_metrics(tmp_path / "b" / "run")

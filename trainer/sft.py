@@ -7,9 +7,10 @@ Read top to bottom, a run is:
    hold out an evaluation set (the env's eval split, eval files, or a slice);
 2. each step takes ``train.batch_size`` examples (an epoch-wise permutation that
    is a pure function of the seed and the step, so a resumed run continues
-   exactly); each process takes its contiguous share and packs it, padding-free,
-   into micro-batches of at most ``train.micro_batch_tokens`` tokens (one row,
-   position ids restarting at each example, so attention stays within it);
+   exactly); each process takes its contiguous share and splits it into
+   micro-batches of at most ``train.micro_batch_tokens`` tokens: length-bucketed
+   padded rows, or (under FlashAttention) one padding-free row with position ids
+   restarting at each example, so attention stays within it;
 3. the loss is the summed cross-entropy of the assistant tokens (loss mask 1)
    divided by the number of such tokens in the WHOLE batch, so gradient
    accumulation and data parallelism reproduce the single-process gradient;
@@ -46,6 +47,8 @@ __all__ = [
     "load_sft_config",
     "sft_config_from_dict",
     "pack_examples",
+    "bucket_examples",
+    "padded_loss",
     "sft",
 ]
 
@@ -103,8 +106,13 @@ class SFTTrainConfig:
     batch_size: int = 16
     """Examples per optimizer step, over all processes (must divide by the number of processes)."""
     micro_batch_tokens: int = 4096
-    """Most tokens per packed forward pass on one process (an example longer than this gets
-    a pass of its own); gradient accumulation covers the rest of the batch."""
+    """Most tokens per forward pass on one process, padding included (an example longer than
+    this gets a pass of its own); gradient accumulation covers the rest of the batch."""
+    packing: Literal["auto", "packed", "padded"] = "auto"
+    """``packed``: examples concatenated padding-free in one row, position ids restarting at each
+    (attention stays inside each example; cheap with FlashAttention's variable-length kernels,
+    quadratic in the row length otherwise); ``padded``: length-bucketed rows (longest first,
+    little padding); ``auto``: packed under FlashAttention, padded otherwise."""
     seed: int = 0
     """Seed of the example order and of dropout."""
     output_dir: str | None = None
@@ -123,6 +131,9 @@ class SFTTrainConfig:
     """Also write TensorBoard event files."""
     cpu: bool = False
     """Force the CPU even when a GPU is available."""
+    torch_threads: int | None = None
+    """Torch threads per process (default: this process's share of the cores; see
+    ``trainer.threads``)."""
 
 
 @dataclass
@@ -156,6 +167,7 @@ def _check(cfg: SFTConfig) -> None:
         "train.steps": t.steps,
         "train.batch_size": t.batch_size,
         "train.micro_batch_tokens": t.micro_batch_tokens,
+        "train.torch_threads": 1 if t.torch_threads is None else t.torch_threads,
         "data.max_turns": d.max_turns,
     }.items():
         if value < 1:
@@ -210,6 +222,24 @@ def trained_tokens(example: Episode) -> int:
     return int(sum(example.loss_mask[1:]))
 
 
+def bucket_examples(examples: list[Episode], budget: int) -> list[list[Episode]]:
+    """Length-bucketed groups for padded rows: longest first, each group's rows x its longest
+    example at most ``budget`` tokens (an example longer than the budget is a group of its own)."""
+    order = sorted(range(len(examples)), key=lambda i: (-len(examples[i].token_ids), i))
+    groups: list[list[Episode]] = []
+    current: list[Episode] = []
+    for i in order:
+        e = examples[i]
+        width = len(current[0].token_ids) if current else len(e.token_ids)
+        if current and (len(current) + 1) * width > budget:
+            groups.append(current)
+            current = []
+        current.append(e)
+    if current:
+        groups.append(current)
+    return groups
+
+
 def pack_examples(examples: list[Episode], budget: int) -> list[list[Episode]]:
     """Greedy, order-keeping packing into groups of at most ``budget`` tokens (an example
     longer than the budget is a group of its own)."""
@@ -246,6 +276,37 @@ def packed_inputs(examples: list[Episode]) -> tuple[torch.Tensor, torch.Tensor, 
         torch.from_numpy(np.concatenate(pos))[None],
         torch.from_numpy(np.concatenate(keep)),
     )
+
+
+def padded_loss(
+    model: Any, examples: list[Episode], device: torch.device, pad_id: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """:func:`token_loss` of examples in right-padded rows (one per example)."""
+    width = max(len(e.token_ids) for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(examples), width), dtype=torch.long)
+    predicts = torch.zeros((len(examples), width), dtype=torch.bool)  # position t predicts a target
+    for row, e in enumerate(examples):
+        n = len(e.token_ids)
+        ids[row, :n] = torch.as_tensor(e.token_ids, dtype=torch.long)
+        attention[row, :n] = 1
+        predicts[row, : n - 1] = torch.as_tensor(e.loss_mask[1:], dtype=torch.bool)
+    keep = predicts.any(dim=0).nonzero().squeeze(1)  # positions any row needs logits at
+    ids, attention, predicts, keep = ids.to(device), attention.to(device), predicts.to(device), keep.to(device)
+    kwargs = {"input_ids": ids, "attention_mask": attention, "use_cache": False}
+    try:
+        logits = model(**kwargs, logits_to_keep=keep).logits
+    except TypeError:  # a model without logits_to_keep
+        logits = model(**kwargs).logits
+    if logits.shape[1] != keep.shape[0]:
+        logits = logits[:, keep]
+    chosen = predicts[:, keep]
+    logits, targets = logits[chosen], ids[:, keep + 1][chosen]
+    if targets.numel() == 0:
+        return logits.sum() * 0.0, torch.zeros((), device=device), 0
+    ce = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
+    correct = (logits.detach().argmax(-1) == targets).sum()
+    return ce, correct, int(targets.numel())
 
 
 def token_loss(model: Any, examples: list[Episode], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -305,6 +366,7 @@ class SFTTrainer:
         from trainer.lora import apply_lora, trainable_parameters
         from trainer.run_logger import RunLogger
         from trainer.sampler import TaskSampler
+        from trainer.threads import configure_threads
 
         self.cfg = cfg
         t = cfg.train
@@ -317,6 +379,7 @@ class SFTTrainer:
                 f"train.batch_size={t.batch_size} must be divisible by the number of processes ({self.world})"
             )
         self.output_dir = Path(t.output_dir or Path("runs") / f"{cfg.name}-sft-s{t.seed}")
+        self.torch_threads = configure_threads(t.torch_threads)
         set_seed(t.seed)
 
         kwargs: dict[str, Any] = {"dtype": getattr(torch, cfg.model.dtype)}
@@ -346,6 +409,10 @@ class SFTTrainer:
         )
         self.model, self.optimizer = acc.prepare(model, optimizer)
         self.unwrapped = acc.unwrap_model(self.model)
+        attn = str(getattr(getattr(self.unwrapped, "config", None), "_attn_implementation", "") or "")
+        self.packed = t.packing == "packed" or (t.packing == "auto" and attn.startswith("flash"))
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else self.tokenizer.eos_token_id or 0)
         self.start_step = 0
         self.logger = RunLogger(self.output_dir, tensorboard=t.tensorboard, enabled=acc.is_main_process)
         if t.resume:
@@ -425,6 +492,15 @@ class SFTTrainer:
         self.logger.truncate_after(self.start_step)
 
     # -------------------------------------------------------------------- step
+    def _groups(self, examples: list[Episode]) -> list[list[Episode]]:
+        budget = self.cfg.train.micro_batch_tokens
+        return pack_examples(examples, budget) if self.packed else bucket_examples(examples, budget)
+
+    def _loss(self, model: Any, group: list[Episode]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        if self.packed:
+            return token_loss(model, group, self.accelerator.device)
+        return padded_loss(model, group, self.accelerator.device, self.pad_id)
+
     def train_step(self, step: int) -> dict[str, Any]:
         """One optimizer step over the step's batch; returns the logged record."""
         acc, cfg = self.accelerator, self.cfg
@@ -436,13 +512,13 @@ class SFTTrainer:
         denominator = max(sum(trained_tokens(e) for e in batch), 1)
         # DDP averages gradients over processes, so each process scales its sum by world
         scale = self.world / denominator
-        groups = pack_examples(mine, cfg.train.micro_batch_tokens)
+        groups = self._groups(mine)
         self.model.train()
         sums = torch.zeros(3, dtype=torch.float64, device=acc.device)
         for j, group in enumerate(groups):
             sync = j == len(groups) - 1
             with nullcontext() if sync else acc.no_sync(self.model):
-                ce, correct, n = token_loss(self.model, group, acc.device)
+                ce, correct, n = self._loss(self.model, group)
                 acc.backward(ce * scale)
             sums += torch.stack([ce.detach().double(), correct.double(), torch.tensor(float(n), device=acc.device, dtype=torch.float64)])
         grad_norm = torch.zeros(())
@@ -479,8 +555,8 @@ class SFTTrainer:
         was_training = self.unwrapped.training
         self.unwrapped.eval()
         sums = torch.zeros(3, dtype=torch.float64, device=acc.device)
-        for group in pack_examples(mine, self.cfg.train.micro_batch_tokens):
-            ce, correct, n = token_loss(self.unwrapped, group, acc.device)
+        for group in self._groups(mine):
+            ce, correct, n = self._loss(self.unwrapped, group)
             sums += torch.tensor([float(ce), float(correct), float(n)], dtype=torch.float64, device=acc.device)
         self.unwrapped.train(was_training)
         if self.world > 1:
