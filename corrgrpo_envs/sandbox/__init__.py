@@ -3,9 +3,10 @@
 One interface (:class:`Sandbox.run` -> :class:`RunResult`), three backends:
 
 * ``process``: a fresh ``python -I -S`` under ``unshare`` namespaces, a
-  read-only file system, private ``/tmp``, no capabilities, resource limits
-  and a wall timeout that kills the process group (degrades to limits only
-  where namespaces are unavailable);
+  read-only allow-list view of the host's files (:mod:`corrgrpo_envs.sandbox.view`:
+  no data set, checkout or home folder), private ``/tmp``, no capabilities,
+  resource limits and a wall timeout that kills the process group (degrades to
+  limits only where namespaces are unavailable);
 * ``bwrap``: the same interpreter inside bubblewrap, as an unprivileged user;
 * ``docker``: a warm pool of containers without network (needs an engine).
 

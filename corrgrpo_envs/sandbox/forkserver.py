@@ -2,7 +2,7 @@
 
 Starting ``python`` (and bubblewrap) costs tens of milliseconds, often more than
 the judged program itself. A fork server pays that once: it starts inside one
-sandbox (the same namespaces, read-only root and private ``/tmp`` as a fresh
+sandbox (the same namespaces, read-only allow-list root and private ``/tmp`` as a fresh
 run), isolates itself, preloads common standard-library modules, marks itself
 non-dumpable, and then forks one child per program. The child starts a new
 session, takes the program's pipes as stdin/stdout/stderr and status channel,
@@ -16,7 +16,7 @@ After every program the server
 * kills every other process of its pid namespace (children left behind, fork
   bombs) and waits until none is left,
 * puts the writable file systems (``/tmp``, ``/var/tmp``, ``/dev``,
-  ``/dev/shm``, the hidden home) back exactly as they were at start-up and
+  ``/dev/shm``) back exactly as they were at start-up and
   checks that no System V IPC object is left,
 
 so nothing a program writes (globals, modules, environment variables, files,

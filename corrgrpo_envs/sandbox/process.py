@@ -61,9 +61,6 @@ def keep_visible(covered: list[str], python: str, extra: list[str]) -> list[str]
 #: Folders every sandbox replaces with its own empty, size-capped tmpfs (writable).
 PRIVATE_TMPFS = ("/tmp", "/var/tmp", "/dev/shm")
 
-#: Folders covered by something of the sandbox's own: a kept folder under one is bound again.
-COVERED = (*PRIVATE_TMPFS, "/dev", "/proc")
-
 
 def isolation_warning(wanted: str, got: str, reason: str) -> None:
     """Say loudly that a sandbox runs with less isolation than asked for, and why."""

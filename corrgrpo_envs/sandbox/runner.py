@@ -183,7 +183,7 @@ def _isolate_fs(header):
     # the host's other folders are absent, not merely unreadable.
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     view = header["view"]
-    # Opened before anything is covered (the interpreter may live under /tmp or a hidden home).
+    # Opened before anything is covered (the interpreter may live under /tmp).
     sources = [(path, os.open(path, os.O_PATH)) for path in view["binds"]]
     devices = {name: os.open("/dev/" + name, os.O_PATH) for name in ("null", "zero", "random", "urandom")}
     new = "/tmp"  # the staging point: our own namespace's /tmp, covered by the new root
