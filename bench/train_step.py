@@ -44,7 +44,7 @@ SETTINGS = {
 
 
 def child_corrgrpo(steps: int, out: str, setting: str = "quickstart", overlap: bool = False,
-                   threads: int = 2, max_new_tokens: int | None = None) -> dict:
+                   threads: int = 2, max_new_tokens: int | None = None, seed: int | None = None) -> dict:
     import torch
 
     from trainer.config import load_config
@@ -58,6 +58,8 @@ def child_corrgrpo(steps: int, out: str, setting: str = "quickstart", overlap: b
         overrides += ["rollout.overlap=true", "algorithm.tis_cap=2.0"]
     if max_new_tokens is not None:
         overrides.append(f"rollout.max_new_tokens={max_new_tokens}")
+    if seed is not None:
+        overrides.append(f"train.seed={seed}")
     cfg = load_config(ROOT / "env_configs" / SETTINGS[setting], overrides)
     Trainer(cfg).train()
     rows = [json.loads(x) for x in open(Path(out) / "metrics.jsonl")]
@@ -126,14 +128,17 @@ def compare_overlap(args: argparse.Namespace) -> None:
     if args.max_new_tokens is not None:
         extra += ["--max-new-tokens", str(args.max_new_tokens)]
     results: dict[str, list[dict]] = {"corrgrpo": [], "overlap": []}
-    for _ in range(args.rounds):
+    for round_ in range(args.rounds):
+        seed = args.seeds[round_ % len(args.seeds)]
         for kind in results:
-            run = run_child(kind, args.steps, extra)
+            run = run_child(kind, args.steps, [*extra, "--seed", str(seed)])
+            run["seed"] = seed
             results[kind].append(run)
-            print(f"{kind:9s} step s (steps 3+): {statistics.median(run['time/step'][2:]):.3f}  "
+            print(f"{kind:9s} seed {seed} step s (steps 3+): {statistics.median(run['time/step'][2:]):.3f}  "
+                  f"reward last 5 steps {statistics.mean(run['reward/weighted/mean'][-5:]):.3f}  "
                   f"load average {run['load_average'][0]:.1f} -> {run['load_average'][1]:.1f}", flush=True)
     print(f"setting {args.setting}, {args.steps} steps, {args.threads} torch threads per process, "
-          f"median over steps 3+, median over {args.rounds} processes")
+          f"median over steps 3+, median over {args.rounds} processes (seeds {args.seeds})")
     summary = {}
     print(f"{'':10s} {'step s':>8s} {'generate':>9s} {'update':>8s} {'reward (last)':>14s}")
     for kind, runs in results.items():
@@ -145,7 +150,11 @@ def compare_overlap(args: argparse.Namespace) -> None:
               f"{row['reward']:14.3f}")
     c, o = summary["corrgrpo"], summary["overlap"]
     print(f"speed-up per step, synchronous/overlapped: {c['time/step'] / o['time/step']:.2f}x")
-    print(json.dumps({k: [{"time/step": r["time/step"], "reward": r["reward/weighted/mean"],
+    curves = {k: [sum(col) / len(col) for col in zip(*(r["reward/weighted/mean"] for r in v))]
+              for k, v in results.items()}
+    for kind, curve in curves.items():
+        print(f"mean reward curve {kind:9s}: " + " ".join(f"{x:.2f}" for x in curve))
+    print(json.dumps({k: [{"seed": r["seed"], "time/step": r["time/step"], "reward": r["reward/weighted/mean"],
                            "load_average": r["load_average"]} for r in v] for k, v in results.items()}))
 
 
@@ -157,6 +166,8 @@ def main() -> None:
     p.add_argument("--setting", choices=sorted(SETTINGS), default="quickstart", help="with --overlap")
     p.add_argument("--threads", type=int, default=2, help="torch threads per process, with --overlap")
     p.add_argument("--max-new-tokens", type=int, default=None, help="override rollout.max_new_tokens")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="train.seed of round i: seeds[i %% len]")
+    p.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -167,7 +178,7 @@ def main() -> None:
                 times = child_bare(args.steps, run)
             else:
                 times = child_corrgrpo(args.steps, run, args.setting, args.child == "overlap",
-                                       args.threads, args.max_new_tokens)
+                                       args.threads, args.max_new_tokens, args.seed)
         times["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         Path(args.out).write_text(json.dumps(times))
         return
