@@ -184,6 +184,40 @@ def _move_into_place(partial: Path, final: Path) -> None:
         shutil.rmtree(old)
 
 
+def save_run_checkpoint(
+    output_dir: str | Path,
+    step: int,
+    *,
+    accelerator: Any,
+    model: Any,
+    tokenizer: Any,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    config: dict[str, Any] | None = None,
+) -> Path:
+    """``output_dir/checkpoint-{step}`` written by every process of ``accelerator`` together.
+
+    The one way `corrgrpo train` and `corrgrpo sft` save: all processes meet before the
+    save (so none is still updating) and after it (so none reads a folder that is not
+    renamed into place yet). Returns the checkpoint's path.
+    """
+    accelerator.wait_for_everyone()
+    path = save_checkpoint(
+        Path(output_dir) / f"checkpoint-{step}",
+        step=step,
+        model=model,
+        tokenizer=tokenizer,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        rank=accelerator.process_index,
+        is_main=accelerator.is_main_process,
+        barrier=accelerator.wait_for_everyone,
+        config=config,
+    )
+    accelerator.wait_for_everyone()
+    return path
+
+
 def save_checkpoint(
     path: str | Path,
     *,

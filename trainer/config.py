@@ -41,8 +41,10 @@ __all__ = [
     "TrainConfig",
     "ConfigError",
     "LOSS_AGG_MODES",
+    "build_config",
     "load_config",
     "load_yaml",
+    "read_config_data",
     "config_from_dict",
     "apply_overrides",
     "config_to_dict",
@@ -386,7 +388,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         return dict(value)
     if dataclasses.is_dataclass(tp):
-        return _build(tp, value, key)
+        return build_config(tp, value, key)
     raise ConfigError(f"{key}: unsupported type {tp}")
 
 
@@ -395,7 +397,7 @@ def _moved(key: str) -> None:
         raise ConfigError(f"{key}: this setting belongs in {MOVED_KEYS[key]}; set it there")
 
 
-def _build(cls: type, data: Any, prefix: str = "") -> Any:
+def build_config(cls: type, data: Any, prefix: str = "") -> Any:
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -432,7 +434,7 @@ def _check_ranges(obj: Any, prefix: str) -> None:
 
 def config_from_dict(data: dict[str, Any]) -> Config:
     """Build and validate a :class:`Config` from a plain mapping."""
-    cfg = _build(Config, data)
+    cfg = build_config(Config, data)
     if "id" not in cfg.env:
         raise ConfigError("env: needs an 'id' key (e.g. corrgrpo/ScaleDominance-v0)")
     for key in cfg.env:
@@ -529,10 +531,15 @@ def load_yaml(path: str | Path) -> Any:
         raise ConfigError(str(exc)) from None
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
-    """Read a YAML config (or the defaults when ``path`` is None) and apply overrides."""
+def read_config_data(
+    path: str | Path | None, overrides: list[str] | None = None, default_name: str = "run"
+) -> dict[str, Any]:
+    """A YAML config file (or nothing when ``path`` is None) as a mapping, overrides applied.
+
+    ``name`` defaults to the file's stem (``default_name`` without a file).
+    """
     data: dict[str, Any] = {}
-    name = "run"
+    name = default_name
     if path is not None:
         from corrgrpo_envs.registry import resolve_config_path
 
@@ -542,5 +549,9 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             raise ConfigError(f"{resolved}: expected a mapping at the top level")
         name = resolved.stem
     data.setdefault("name", name)
-    data = apply_overrides(data, overrides or [])
-    return config_from_dict(data)
+    return apply_overrides(data, overrides or [])
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+    """Read a YAML config (or the defaults when ``path`` is None) and apply overrides."""
+    return config_from_dict(read_config_data(path, overrides))

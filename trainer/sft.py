@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from agents.episode import Episode
-from trainer.config import ConfigError, ModelConfig, apply_overrides, load_yaml
+from trainer.config import ConfigError, ModelConfig, build_config, read_config_data
 from trainer.progress import TrainProgress
 
 __all__ = [
@@ -186,28 +186,14 @@ def _check(cfg: SFTConfig) -> None:
 
 def sft_config_from_dict(data: dict[str, Any]) -> SFTConfig:
     """Build and validate an :class:`SFTConfig` from a plain mapping."""
-    from trainer.config import _build  # the shared dataclass reader: same keys, same errors
-
-    cfg = _build(SFTConfig, data)
+    cfg = build_config(SFTConfig, data)  # the trainer's dataclass reader: same keys, same errors
     _check(cfg)
     return cfg
 
 
 def load_sft_config(path: str | Path | None, overrides: list[str] | None = None) -> SFTConfig:
     """Read a YAML config (or the defaults when ``path`` is None) and apply dotted overrides."""
-    data: dict[str, Any] = {}
-    name = "sft"
-    if path is not None:
-        from corrgrpo_envs.registry import resolve_config_path
-
-        resolved = resolve_config_path(path)
-        data = load_yaml(resolved) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{resolved}: expected a mapping at the top level")
-        name = resolved.stem
-    data.setdefault("name", name)
-    data = apply_overrides(data, overrides or [])
-    return sft_config_from_dict(data)
+    return sft_config_from_dict(read_config_data(path, overrides, default_name="sft"))
 
 
 # ----------------------------------------------------------------------------- batches
@@ -602,23 +588,18 @@ class SFTTrainer:
 
     def save(self, step: int) -> Path:
         """Write a checkpoint of the state after ``step`` steps."""
-        from trainer.checkpoint import save_checkpoint
+        from trainer.checkpoint import save_run_checkpoint
 
-        self.accelerator.wait_for_everyone()
-        path = self.output_dir / f"checkpoint-{step}"
-        save_checkpoint(
-            path,
-            step=step,
+        return save_run_checkpoint(
+            self.output_dir,
+            step,
+            accelerator=self.accelerator,
             model=self.unwrapped,
             tokenizer=self.tokenizer,
             optimizer=self.optimizer,
             scheduler=self.scheduler,
-            rank=self.rank,
-            is_main=self.accelerator.is_main_process,
-            barrier=self.accelerator.wait_for_everyone,
             config=dataclasses.asdict(self.cfg),
         )
-        return path
 
 
 def sft(cfg: SFTConfig) -> Path:

@@ -33,7 +33,7 @@ from accelerate.utils import gather_object
 
 from trainer import setup
 from trainer.advantages import AdvantageResult, compute_advantages
-from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_run_checkpoint
 from trainer.config import Config, config_to_dict
 from trainer.engines import make_engine
 from trainer.fsdp import build_accelerator
@@ -291,21 +291,16 @@ class Trainer:
 
     def save(self, step: int) -> Path:
         """Write a checkpoint of the state after ``step`` steps."""
-        self.accelerator.wait_for_everyone()
-        path = self.output_dir / f"checkpoint-{step}"
-        save_checkpoint(
-            path,
-            step=step,
+        path = save_run_checkpoint(
+            self.output_dir,
+            step,
+            accelerator=self.accelerator,
             model=self.unwrapped,
             tokenizer=self.tokenizer,
             optimizer=self.optimizer,
             scheduler=self.scheduler,
-            rank=self.rank,
-            is_main=self.accelerator.is_main_process,
-            barrier=self.accelerator.wait_for_everyone,
             config=config_to_dict(self.cfg),
         )
-        self.accelerator.wait_for_everyone()
         if self.overlap is not None:  # the next step's batch, sampled from weights not saved
             self.overlap.save(path, self.rank)
             self.accelerator.wait_for_everyone()

@@ -6,10 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
+from trainer.commands import add_config_arguments, load_or_report
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="YAML config of the run (env and model sections are used)")
-    parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. env.dataset=humaneval")
+    add_config_arguments(parser, "env.dataset=humaneval", what="YAML config of the run (env and model sections are used)")
     parser.add_argument("--checkpoint", default=None, help="checkpoint folder (default: the config's model)")
     parser.add_argument("--split", default="eval", choices=["train", "eval", "all"])
     parser.add_argument("--limit", type=int, default=None, help="evaluate the first N tasks only")
@@ -26,14 +27,12 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from trainer.config import ConfigError, load_config
+    from trainer.config import load_config
     from trainer.evaluate import evaluate
 
     console = Console(stderr=True)
-    try:
-        cfg = load_config(args.config, args.overrides)
-    except (ConfigError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    cfg = load_or_report(load_config, args, console)
+    if cfg is None:
         return 2
     result = evaluate(
         cfg, checkpoint=args.checkpoint, split=args.split, limit=args.limit,

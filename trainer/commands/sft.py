@@ -6,23 +6,19 @@ import argparse
 
 from rich.console import Console
 
+from trainer.commands import add_config_arguments, load_or_report
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="YAML config (a path, or a file name in env_configs/)")
-    parser.add_argument(
-        "overrides", nargs="*", help="dotted overrides, e.g. optim.lr=1e-4 train.steps=200 model.lora.r=16"
-    )
+    add_config_arguments(parser, "optim.lr=1e-4 train.steps=200 model.lora.r=16")
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.config import ConfigError
     from trainer.sft import load_sft_config
 
     console = Console(stderr=True)
-    try:
-        cfg = load_sft_config(args.config, args.overrides)
-    except (ConfigError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    cfg = load_or_report(load_sft_config, args, console)
+    if cfg is None:
         return 2
     from trainer.sft import SFTTrainer
     from trainer.sft_data import SFTDataError

@@ -6,22 +6,19 @@ import argparse
 
 from rich.console import Console
 
+from trainer.commands import add_config_arguments, load_or_report
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="YAML config (a path, or a file name in env_configs/)")
-    parser.add_argument(
-        "overrides", nargs="*", help="dotted overrides, e.g. algorithm.estimator=grpo train.seed=3"
-    )
+    add_config_arguments(parser, "algorithm.estimator=grpo train.seed=3")
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.config import ConfigError, load_config
+    from trainer.config import load_config
 
     console = Console(stderr=True)
-    try:
-        cfg = load_config(args.config, args.overrides)
-    except (ConfigError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    cfg = load_or_report(load_config, args, console)
+    if cfg is None:
         return 2
     from trainer.trainer import Trainer
 
