@@ -10,7 +10,7 @@ from agents.chat import ChatRenderer
 from agents.episode import Episode
 from agents.policy import Action, Policy, SamplingParams, check_batch
 
-__all__ = ["TokenPolicy"]
+__all__ = ["TokenPolicy", "record_turns"]
 
 
 class TokenPolicy(Policy):
@@ -62,8 +62,14 @@ class TokenPolicy(Policy):
         sampling = sampling or SamplingParams()
         prompts = self.prompt_ids(observations, episodes)
         actions = self.generate(prompts, sampling) if prompts else []
-        if episodes is not None:
-            for episode, action in zip(episodes, actions):
-                episode.append_action(action)
-                episode.messages = episode.messages + [{"role": "assistant", "content": action.text}]
+        record_turns(episodes, actions)
         return actions
+
+
+def record_turns(episodes: Sequence[Episode] | None, actions: Sequence[Action]) -> None:
+    """Append each generated turn to its episode: its tokens (trained) and its message."""
+    if episodes is None:
+        return
+    for episode, action in zip(episodes, actions):
+        episode.append_action(action)
+        episode.messages = episode.messages + [{"role": "assistant", "content": action.text}]

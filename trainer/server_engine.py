@@ -40,6 +40,7 @@ import torch
 
 from agents.openai_policy import CompletionsTokenPolicy, OpenAIRequestError
 from agents.policy import Action, SamplingParams
+from agents.token_policy import record_turns
 from trainer.engines import RolloutEngine, register_engine
 
 __all__ = ["RolloutServerError", "ServerEngine", "server_root"]
@@ -342,10 +343,7 @@ class ServerEngine(RolloutEngine):
         the servers recover (same prompts and seeds, so the same samples)."""
         prompts = self._policy.prompt_ids(observations, episodes)  # extends the episodes' context once
         actions = self._generate(prompts, sampling) if prompts else []
-        if episodes is not None:
-            for episode, action in zip(episodes, actions):
-                episode.append_action(action)
-                episode.messages = episode.messages + [{"role": "assistant", "content": action.text}]
+        record_turns(episodes, actions)
         return actions
 
     def close(self) -> None:
