@@ -78,5 +78,7 @@ def test_readme_custom_env_trains_and_evaluates_through_the_cli(tmp_path, monkey
                  "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["tasks"] == 2 and set(result["metrics"]) == {"polite", "brief", "total"}
+    for name in ("mypkg", "mypkg.envs"):  # not cached for other tests that write a mypkg
+        sys.modules.pop(name, None)
     means = [sum(r["reward_components"][n] for r in result["records"]) / 2 for n in ("polite", "brief")]
     assert result["metrics"]["total"] == means[0] + 0.5 * means[1]

@@ -60,6 +60,8 @@ def test_entry_points_on_the_command_line(tmp_path, monkeypatch):
     (package / "est.py").write_text(plain)
     (package / "losses.py").write_text(plain)
     monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("mypkg", "mypkg.est", "mypkg.losses"):  # another test's mypkg may be cached
+        monkeypatch.delitem(sys.modules, name, raising=False)
     (bash,) = _blocks("bash")
     words = shlex.split(bash.replace("\\\n", " "))
     assert words[:2] == ["corrgrpo", "train"]
