@@ -227,8 +227,19 @@ def test_config_errors_name_the_key(tmp_path, data):
         sft_config_from_dict({"env": {"id": "x"}, "model": {"lora": {"r": "big"}}})
     with pytest.raises(ConfigError, match="unknown key 'model.lora.rank'"):
         sft_config_from_dict({"env": {"id": "x"}, "model": {"lora": {"rank": 4}}})
-    with pytest.raises(ConfigError, match="train.batch_size: must be >= 1"):
+    with pytest.raises(ConfigError, match=r"train.batch_size: 0 is out of range; allowed: >= 1"):
         sft_config_from_dict({"env": {"id": "x"}, "train": {"batch_size": 0}})
+    # every number is range-checked, non-finite values and list lengths included
+    for section, key, value, message in [
+        ("optim", "lr", float("inf"), r"optim.lr: inf is out of range; allowed: > 0"),
+        ("optim", "warmup_steps", -5, r"optim.warmup_steps: -5 is out of range; allowed: >= 0"),
+        ("optim", "max_grad_norm", -1.0, r"optim.max_grad_norm: -1.0 is out of range"),
+        ("optim", "betas", [0.9], r"optim.betas: \[0.9\] has 1 entries; allowed: exactly 2"),
+        ("train", "save_every", -1, r"train.save_every: -1 is out of range"),
+        ("data", "eval_fraction", 1.0, r"data.eval_fraction: 1.0 is out of range; allowed: >= 0 and < 1"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            sft_config_from_dict({"env": {"id": "x"}, section: {key: value}})
     for name in ("sft_toolcall_tiny.yaml", "sft_toolcall_smollm2.yaml"):
         cfg = load_sft_config(ROOT / "env_configs" / name, ["train.steps=3"])
         assert cfg.data.source == "env" and cfg.env["id"] == "corrgrpo/ToolCall-v0" and cfg.train.steps == 3

@@ -41,7 +41,10 @@ __all__ = [
     "TrainConfig",
     "ConfigError",
     "LOSS_AGG_MODES",
+    "Range",
     "build_config",
+    "check_ranges",
+    "num_field",
     "load_config",
     "load_yaml",
     "read_config_data",
@@ -86,7 +89,7 @@ class Range:
         return f"{text} {self.note}".strip()
 
 
-def _num(default: Any, range_: Range, *, length: int | None = None) -> Any:
+def num_field(default: Any, range_: Range, *, length: int | None = None) -> Any:
     """A numeric field (or list of numbers) with its allowed range (and list length)."""
     meta = {"range": range_, "length": length}
     if isinstance(default, list):
@@ -137,27 +140,27 @@ class AlgorithmConfig:
     tokens of the batch, ``seq-mean-token-sum`` (each sequence's token sum, mean over
     sequences), ``seq-mean-token-mean`` (each sequence's token mean, mean over sequences),
     ``seq-mean-token-sum-norm`` (token sums over the maximum completion length, Dr. GRPO)."""
-    tis_cap: float | None = _num(None, Range(low=1))
+    tis_cap: float | None = num_field(None, Range(low=1))
     """Truncated importance sampling: weight each token's policy term by
     ``min(pi_train / pi_sampler, tis_cap)`` with the sampler's own log-probabilities, which
     corrects for a rollout engine whose numbers differ from the trainer's (None: off)."""
-    group_size: int = _num(8, Range(low=2, note="(group estimators need 2 rollouts per task)"))
+    group_size: int = num_field(8, Range(low=2, note="(group estimators need 2 rollouts per task)"))
     """G: rollouts per task."""
-    prompts_per_step: int = _num(8, _POSITIVE_INT)
+    prompts_per_step: int = num_field(8, _POSITIVE_INT)
     """P: tasks per optimizer step (over all processes)."""
-    reward_weights: list[float] | None = _num(None, _ANY)
+    reward_weights: list[float] | None = num_field(None, _ANY)
     """Weights of the reward components (default: the environment's)."""
-    kl_beta: float = _num(0.0, _NON_NEGATIVE)
+    kl_beta: float = num_field(0.0, _NON_NEGATIVE)
     """Weight of the k3 KL penalty against a frozen copy of the initial model (0: no reference)."""
     dynamic_sampling: bool | None = None
     """Drop groups whose raw reward vectors are all equal and sample more (default: on for dapo)."""
-    max_resample_rounds: int = _num(3, _NON_NEGATIVE)
+    max_resample_rounds: int = num_field(3, _NON_NEGATIVE)
     """How many extra rounds of sampling dynamic sampling may use to fill the batch."""
-    overlong_buffer: int | None = _num(None, _POSITIVE_INT)
+    overlong_buffer: int | None = num_field(None, _POSITIVE_INT)
     """DAPO overlong shaping: buffer length L_cache in tokens; adds an ``overlong`` reward
     component that falls from 0 to -1 as a turn's length goes from ``rollout.max_new_tokens -
     overlong_buffer`` to ``rollout.max_new_tokens`` (the per-turn budget, the longest turn counts)."""
-    overlong_weight: float = _num(1.0, _ANY)
+    overlong_weight: float = num_field(1.0, _ANY)
     """Weight of the ``overlong`` component."""
 
 
@@ -170,20 +173,20 @@ class RolloutServerConfig:
     (``scripts/vllm_serve.sh`` starts them); requests are spread over them."""
     model: str | None = None
     """The served model name (default: the first one the first server lists)."""
-    concurrency: int = _num(32, _POSITIVE_INT)
+    concurrency: int = num_field(32, _POSITIVE_INT)
     """Most requests in flight per server."""
-    timeout: float = _num(300.0, Range(low=0, low_open=True))
+    timeout: float = num_field(300.0, Range(low=0, low_open=True))
     """Seconds per request attempt (and per weight-push call)."""
-    retries: int = _num(2, _NON_NEGATIVE)
+    retries: int = num_field(2, _NON_NEGATIVE)
     """Extra attempts of a failed request (timeouts, connection errors, 429, 5xx), each on the
     next server."""
-    generation_retries: int = _num(1, _NON_NEGATIVE)
+    generation_retries: int = num_field(1, _NON_NEGATIVE)
     """After a request failed for good: how many times to wait for the servers to answer again
     (``recovery_timeout``), bring their weights up to date and generate the turn again
     (0: the run stops with an error naming the server; its last checkpoint stays intact)."""
-    recovery_timeout: float = _num(120.0, _NON_NEGATIVE)
+    recovery_timeout: float = num_field(120.0, _NON_NEGATIVE)
     """Seconds to wait for a failed server to answer its health check again."""
-    startup_timeout: float = _num(600.0, _NON_NEGATIVE)
+    startup_timeout: float = num_field(600.0, _NON_NEGATIVE)
     """Seconds to wait for every server to come up when the run starts."""
     weights_dir: str | None = None
     """Folder the trainer writes each step's weights (safetensors) into, readable by every
@@ -196,21 +199,21 @@ class RolloutServerConfig:
     transfer from the trainer's GPU; servers started with ``WEIGHT_TRANSFER=nccl``)."""
     nccl_address: str | None = None
     """``nccl``: the trainer's address the servers can reach (the NCCL rendezvous host)."""
-    nccl_port: int = _num(29600, Range(low=1, high=65535))
+    nccl_port: int = num_field(29600, Range(low=1, high=65535))
     """``nccl``: rendezvous port of the first server's group (server i: this + i)."""
 
 
 @dataclass
 class RolloutConfig:
-    max_new_tokens: int = _num(32, _POSITIVE_INT)
+    max_new_tokens: int = num_field(32, _POSITIVE_INT)
     """Maximum tokens generated per turn."""
-    temperature: float = _num(1.0, _NON_NEGATIVE)
+    temperature: float = num_field(1.0, _NON_NEGATIVE)
     """Sampling temperature (0: greedy)."""
-    top_p: float = _num(1.0, Range(low=0, high=1, low_open=True))
+    top_p: float = num_field(1.0, Range(low=0, high=1, low_open=True))
     """Nucleus sampling threshold."""
     stop: list[str] = field(default_factory=list)
     """Stop strings that end a turn."""
-    max_turns: int = _num(1, _POSITIVE_INT)
+    max_turns: int = num_field(1, _POSITIVE_INT)
     """Turns per episode; also given to envs whose constructor takes ``max_turns``."""
     backend: str = "hf"
     """Rollout engine: ``hf`` (transformers ``generate`` on the training model), ``vllm``
@@ -221,10 +224,10 @@ class RolloutConfig:
     ``max_model_len``, ``enforce_eager``, ``enable_sleep_mode``, ...)."""
     server: RolloutServerConfig = field(default_factory=RolloutServerConfig)
     """The ``server`` backend's servers, timeouts, retries and weights folder."""
-    groups_per_generate: int | None = _num(None, _POSITIVE_INT)
+    groups_per_generate: int | None = num_field(None, _POSITIVE_INT)
     """Groups per generation call (default: all of a process's groups in one call). Setting 1
     makes sampling independent of how groups are spread over processes."""
-    reward_workers: int = _num(1, _POSITIVE_INT)
+    reward_workers: int = num_field(1, _POSITIVE_INT)
     """Parallel workers that compute rewards (code execution and AgentDojo checks are costly)."""
     reward_executor: Literal["thread", "process"] = "thread"
     """Pool kind for reward workers."""
@@ -232,7 +235,7 @@ class RolloutConfig:
     """How the ``hf`` backend decodes: ``auto`` (a loop with a preallocated KV cache for
     Qwen2/Llama/Mistral models, same draws as ``generate`` and faster; ``generate`` for
     others), ``static`` (that loop; an error for other models) or ``generate``."""
-    torch_threads: int | None = _num(None, _POSITIVE_INT)
+    torch_threads: int | None = num_field(None, _POSITIVE_INT)
     """Torch threads per process (default: this process's share of the cores minus its
     reward worker processes, at least 1; see ``trainer.threads``)."""
     overlap: bool = False
@@ -243,37 +246,37 @@ class RolloutConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = _num(1e-3, Range(low=0, low_open=True))
+    lr: float = num_field(1e-3, Range(low=0, low_open=True))
     """Peak learning rate of AdamW."""
-    weight_decay: float = _num(0.0, _NON_NEGATIVE)
+    weight_decay: float = num_field(0.0, _NON_NEGATIVE)
     """AdamW weight decay."""
-    betas: list[float] = _num([0.9, 0.999], Range(low=0, high=1, high_open=True), length=2)
+    betas: list[float] = num_field([0.9, 0.999], Range(low=0, high=1, high_open=True), length=2)
     """AdamW betas (two numbers in [0, 1))."""
-    adam_eps: float = _num(1e-8, Range(low=0, low_open=True))
+    adam_eps: float = num_field(1e-8, Range(low=0, low_open=True))
     """AdamW epsilon."""
     schedule: Literal["constant", "linear", "cosine"] = "linear"
     """Learning-rate schedule after warmup (linear and cosine decay to 0 at the last step)."""
-    warmup_steps: int = _num(0, _NON_NEGATIVE)
+    warmup_steps: int = num_field(0, _NON_NEGATIVE)
     """Linear warmup steps."""
-    max_grad_norm: float = _num(1.0, Range(low=0, note="(0 disables clipping)"))
+    max_grad_norm: float = num_field(1.0, Range(low=0, note="(0 disables clipping)"))
     """Gradient clipping norm (0 disables)."""
-    epochs: int = _num(1, _POSITIVE_INT)
+    epochs: int = num_field(1, _POSITIVE_INT)
     """Update epochs over each batch of rollouts."""
-    mini_batch_size: int | None = _num(None, Range(low=1, note="(or null: the whole batch)"))
+    mini_batch_size: int | None = num_field(None, Range(low=1, note="(or null: the whole batch)"))
     """Sequences per optimizer update (over all processes; default: the whole batch)."""
-    micro_batch_size: int | None = _num(None, Range(low=1, note="(or null: the mini-batch)"))
+    micro_batch_size: int | None = num_field(None, Range(low=1, note="(or null: the mini-batch)"))
     """Sequences per forward pass on one process (gradient accumulation; default: the mini-batch)."""
 
 
 @dataclass
 class TrainConfig:
-    steps: int = _num(50, _POSITIVE_INT)
+    steps: int = num_field(50, _POSITIVE_INT)
     """Number of training steps (one batch of P x G rollouts each)."""
-    seed: int = _num(0, Range(low=0, high=2**63 - 1))
+    seed: int = num_field(0, Range(low=0, high=2**63 - 1))
     """Seed of the model init, task order and sampling."""
     output_dir: str | None = None
     """Run folder (default: ``runs/<config name>-<estimator>-s<seed>``)."""
-    save_every: int = _num(0, Range(low=0, note="(0: only at the end)"))
+    save_every: int = num_field(0, Range(low=0, note="(0: only at the end)"))
     """Save a checkpoint every N steps (0: only at the end)."""
     save_final: bool = True
     """Save a checkpoint after the last step."""
@@ -287,7 +290,7 @@ class TrainConfig:
     """Force the CPU even when a GPU is available."""
     split: Literal["train", "eval", "all"] = "train"
     """Task split to train on (given to the environment)."""
-    log_samples: int = _num(1, _NON_NEGATIVE)
+    log_samples: int = num_field(1, _NON_NEGATIVE)
     """Completions written to ``samples.jsonl`` per step (0: none)."""
 
 
@@ -414,7 +417,7 @@ def build_config(cls: type, data: Any, prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
-def _check_ranges(obj: Any, prefix: str) -> None:
+def check_ranges(obj: Any, prefix: str) -> None:
     """Every numeric field within its ``Range`` (lists: every item, and the length)."""
     for f in dataclasses.fields(obj):
         range_: Range | None = f.metadata.get("range")
@@ -440,8 +443,8 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     for key in cfg.env:
         _moved(f"env.{key}")
     for section in ("model", "algorithm", "rollout", "optim", "train"):
-        _check_ranges(getattr(cfg, section), section)
-    _check_ranges(cfg.rollout.server, "rollout.server")
+        check_ranges(getattr(cfg, section), section)
+    check_ranges(cfg.rollout.server, "rollout.server")
     _check_plugins(cfg)
     return cfg
 

@@ -35,7 +35,15 @@ import numpy as np
 import torch
 
 from agents.episode import Episode
-from trainer.config import ConfigError, ModelConfig, build_config, read_config_data
+from trainer.config import (
+    ConfigError,
+    ModelConfig,
+    Range,
+    build_config,
+    check_ranges,
+    num_field,
+    read_config_data,
+)
 from trainer.progress import TrainProgress
 
 __all__ = [
@@ -69,43 +77,43 @@ class SFTDataConfig:
     ``{messages, tools}`` records or RLLA SFT ``{instruction, input, output}`` records."""
     eval_files: list[str] = field(default_factory=list)
     """Files for the held-out loss (``source: file``); empty: hold out ``eval_fraction``."""
-    eval_fraction: float = 0.05
+    eval_fraction: float = num_field(0.05, Range(low=0, high=1, high_open=True))
     """Share of the examples held out for evaluation when there is no eval split or file."""
-    max_examples: int | None = None
+    max_examples: int | None = num_field(None, Range(low=1, note="(or null: all)"))
     """Use at most this many training examples (the first ones)."""
-    max_eval_examples: int | None = 256
+    max_eval_examples: int | None = num_field(256, Range(low=1, note="(or null: all)"))
     """Evaluate on at most this many held-out examples."""
-    max_length: int | None = 2048
+    max_length: int | None = num_field(2048, Range(low=1, note="(or null: no cut)"))
     """Cut examples longer than this many tokens (the count is logged)."""
-    max_turns: int = 8
+    max_turns: int = num_field(8, Range(low=1))
     """Upper bound on assistant turns when playing multi-turn envs (``source: env``)."""
 
 
 @dataclass
 class SFTOptimConfig:
-    lr: float = 2e-5
+    lr: float = num_field(2e-5, Range(low=0, low_open=True))
     """Peak learning rate of AdamW."""
-    weight_decay: float = 0.0
+    weight_decay: float = num_field(0.0, Range(low=0))
     """AdamW weight decay."""
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    """AdamW betas."""
-    adam_eps: float = 1e-8
+    betas: list[float] = num_field([0.9, 0.999], Range(low=0, high=1, high_open=True), length=2)
+    """AdamW betas (two numbers in [0, 1))."""
+    adam_eps: float = num_field(1e-8, Range(low=0, low_open=True))
     """AdamW epsilon."""
     schedule: Literal["constant", "linear", "cosine"] = "linear"
     """Learning-rate schedule after warmup (linear and cosine decay to 0 at the last step)."""
-    warmup_steps: int = 0
+    warmup_steps: int = num_field(0, Range(low=0))
     """Linear warmup steps."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = num_field(1.0, Range(low=0, note="(0 disables clipping)"))
     """Gradient clipping norm (0 disables)."""
 
 
 @dataclass
 class SFTTrainConfig:
-    steps: int = 100
+    steps: int = num_field(100, Range(low=1))
     """Optimizer steps."""
-    batch_size: int = 16
+    batch_size: int = num_field(16, Range(low=1))
     """Examples per optimizer step, over all processes (must divide by the number of processes)."""
-    micro_batch_tokens: int = 4096
+    micro_batch_tokens: int = num_field(4096, Range(low=1))
     """Most tokens per forward pass on one process, padding included (an example longer than
     this gets a pass of its own); gradient accumulation covers the rest of the batch."""
     packing: Literal["auto", "packed", "padded"] = "auto"
@@ -113,13 +121,13 @@ class SFTTrainConfig:
     (attention stays inside each example; cheap with FlashAttention's variable-length kernels,
     quadratic in the row length otherwise); ``padded``: length-bucketed rows (longest first,
     little padding); ``auto``: packed under FlashAttention, padded otherwise."""
-    seed: int = 0
+    seed: int = num_field(0, Range(low=0, high=2**63 - 1))
     """Seed of the example order and of dropout."""
     output_dir: str | None = None
     """Run folder (default: ``runs/<config name>-sft-s<seed>``)."""
-    eval_every: int = 0
+    eval_every: int = num_field(0, Range(low=0))
     """Evaluate every N steps (0: before the first and after the last step only)."""
-    save_every: int = 0
+    save_every: int = num_field(0, Range(low=0, note="(0: only at the end)"))
     """Save a checkpoint every N steps (0: only at the end)."""
     save_final: bool = True
     """Save a checkpoint after the last step (the final model is written to ``model/`` anyway)."""
@@ -131,7 +139,7 @@ class SFTTrainConfig:
     """Also write TensorBoard event files."""
     cpu: bool = False
     """Force the CPU even when a GPU is available."""
-    torch_threads: int | None = None
+    torch_threads: int | None = num_field(None, Range(low=1, note="(or null: automatic)"))
     """Torch threads per process (default: this process's share of the cores; see
     ``trainer.threads``)."""
 
@@ -149,7 +157,7 @@ class SFTConfig:
 
 
 def _check(cfg: SFTConfig) -> None:
-    d, t = cfg.data, cfg.train
+    d = cfg.data
     if d.source == "env" and "id" not in cfg.env:
         raise ConfigError("env: data.source=env needs an env section with an 'id'")
     for key, home in (("split", "data.train_split / data.eval_split"), ("max_turns", "data.max_turns")):
@@ -163,25 +171,8 @@ def _check(cfg: SFTConfig) -> None:
         )
     if d.source == "file" and not d.files:
         raise ConfigError("data.files: data.source=file needs at least one file")
-    for key, value in {
-        "train.steps": t.steps,
-        "train.batch_size": t.batch_size,
-        "train.micro_batch_tokens": t.micro_batch_tokens,
-        "train.torch_threads": 1 if t.torch_threads is None else t.torch_threads,
-        "data.max_turns": d.max_turns,
-    }.items():
-        if value < 1:
-            raise ConfigError(f"{key}: must be >= 1, got {value}")
-    for key, value in {"data.max_examples": d.max_examples, "data.max_length": d.max_length,
-                       "data.max_eval_examples": d.max_eval_examples}.items():
-        if value is not None and value < 1:
-            raise ConfigError(f"{key}: must be >= 1 or null, got {value}")
-    if not 0.0 <= d.eval_fraction < 1.0:
-        raise ConfigError(f"data.eval_fraction: must be in [0, 1), got {d.eval_fraction}")
-    if cfg.optim.lr <= 0:
-        raise ConfigError(f"optim.lr: must be > 0, got {cfg.optim.lr}")
-    if t.eval_every < 0 or t.save_every < 0:
-        raise ConfigError("train.eval_every and train.save_every: must be >= 0")
+    for section in ("data", "optim", "train"):
+        check_ranges(getattr(cfg, section), section)
 
 
 def sft_config_from_dict(data: dict[str, Any]) -> SFTConfig:
