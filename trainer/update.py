@@ -43,7 +43,8 @@ class PolicyUpdater:
         ref_model: frozen reference for the KL term, or None.
         tis_cap: truncated importance sampling cap, or None.
         fresh_logprobs: the rollouts were sampled by ``model`` itself with the current
-            weights, so the first forward pass gives the old log-probabilities.
+            weights (informational: with one epoch and one mini-batch the first forward
+            pass gives the proximal log-probabilities either way, see :meth:`update`).
         seed: seed of the shuffling of later epochs.
     """
 
@@ -128,9 +129,14 @@ class PolicyUpdater:
         self.model.train()
         metrics = MetricAccumulator()
         if self.ref_model is None and not any_signal:
-            return self._zero_gradient_step(o.epochs * num_mini, packed, micro, metrics)
+            return self._zero_gradient_step(o.epochs * num_mini, metrics)
 
-        need_old = o.epochs > 1 or num_mini > 1 or not self.fresh_logprobs
+        # PPO's proximal ("old") log-probabilities are those of the weights before this
+        # step's first optimizer step. With one epoch and one mini-batch every forward pass
+        # runs on exactly those weights, so ``logp.detach()`` is them and a separate no-grad
+        # pass would compute the same numbers again; that holds whoever sampled the batch
+        # (the sampler's own log-probabilities enter only through the TIS weights).
+        need_old = o.epochs > 1 or num_mini > 1
         old_logp = self._logprobs(self.model, packed, micro) if need_old else None
         ref_logp = self._logprobs(self.ref_model, packed, micro) if self.ref_model is not None else None
         order_gen = torch.Generator().manual_seed(mix_seed(self.seed, step, 77))
@@ -174,19 +180,16 @@ class PolicyUpdater:
         result["lr"] = float(self.scheduler.get_last_lr()[0])
         return result
 
-    def _zero_gradient_step(
-        self, optimizer_steps: int, packed: PackedBatch, micro: int, metrics: MetricAccumulator
-    ) -> dict[str, float]:
+    def _zero_gradient_step(self, optimizer_steps: int, metrics: MetricAccumulator) -> dict[str, float]:
         """Every advantage is 0 and there is no KL term: the loss gradient is exactly 0.
 
         Skip the forward and backward passes (the bulk of a step) but step the
         optimizer on zero gradients, so momentum, weight decay and the schedule
-        advance exactly as they would have. When the sampler is not the training
-        model, one no-grad pass still measures the sampler/trainer mismatch.
+        advance exactly as they would have. The sampler/trainer mismatch is not logged
+        on such steps: measuring it would cost a forward pass of the whole batch, which is
+        what skipping saves (with overlap or a separate sampler it would run beside
+        generation and cost more than it hides).
         """
-        if not self.fresh_logprobs:
-            old = self._logprobs(self.model, packed, micro)
-            self._sampler_terms(old, packed, metrics, first_epoch=True)
         for p in self.model.parameters():
             if p.requires_grad:
                 p.grad = torch.zeros_like(p)
