@@ -120,6 +120,8 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=1.0, help="timing budget per estimator")
     args = parser.parse_args()
+    from versions import format_versions, interpreter_versions  # bench/versions.py
+    print(format_versions("versions", interpreter_versions()), flush=True)
     if args.threads:
         torch.set_num_threads(args.threads)
 

@@ -94,6 +94,8 @@ def main() -> None:
         "--group-size", type=int, default=8, help="episodes per case in the grouped run (G)"
     )
     args = parser.parse_args()
+    from versions import format_versions, interpreter_versions  # bench/versions.py
+    print(format_versions("versions", interpreter_versions()), flush=True)
 
     env = corrgrpo_envs.make(
         "corrgrpo/AgentDojo-v0",

@@ -51,6 +51,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20, help="reset+step rounds per measurement")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
+    from versions import format_versions, interpreter_versions  # bench/versions.py
+    print(format_versions("versions", interpreter_versions()), flush=True)
     n = args.groups * args.group_size
     texts = random_texts(n)
 

@@ -128,6 +128,9 @@ def main() -> int:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    from versions import format_versions, interpreter_versions  # bench/versions.py
+    if not args.child:
+        print(format_versions("versions", interpreter_versions()), flush=True)
     if args.child:
         child(args.child.split(","), args.models, args.batch, args.group, args.new_tokens, args.repeats,
               args.threads, args.out)

@@ -92,6 +92,8 @@ def main() -> None:
                         help="contenders: backend names, '-fresh' for a fresh interpreter per program, "
                              "'+verdicts' for the code env's scoring protocol")
     args = parser.parse_args()
+    from versions import format_versions, interpreter_versions  # bench/versions.py
+    print(format_versions("versions", interpreter_versions()), flush=True)
     problems = list(read_problems().values())
     programs = [judged_program(p["prompt"], p["prompt"] + p["canonical_solution"], p["test"],
                                p["entry_point"]) for p in problems]

@@ -218,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--child-trl", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    from versions import format_versions, interpreter_versions  # bench/versions.py
+    if not args.child_trl:
+        print(format_versions("versions", interpreter_versions()), flush=True)
+        print(format_versions("TRL side", interpreter_versions(args.trl_python)), flush=True)
     if args.child_trl:
         args.model = Path(args.model)
         return trl_child(args)

@@ -73,6 +73,9 @@ def main() -> int:
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    from versions import format_versions, interpreter_versions  # bench/versions.py
+    if not args.child:
+        print(format_versions("versions", interpreter_versions()), flush=True)
     if args.child is not None:
         child(args.child, args.calls, args.out)
         return 0

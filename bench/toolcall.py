@@ -97,6 +97,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--data", type=Path, default=None, help="folder holding rlla_4k/ and api_bank/")
     args = parser.parse_args()
+    from versions import format_versions, interpreter_versions  # bench/versions.py
+    print(format_versions("versions", interpreter_versions()), flush=True)
     data = args.data or shared_data_dir()
     if data is None or not (data / "rlla_4k").is_dir():
         raise SystemExit("reference data not found; pass --data or set CORRGRPO_DATA")

@@ -171,6 +171,9 @@ def main() -> None:
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
+    from versions import format_versions, interpreter_versions  # bench/versions.py
+    if not args.child:
+        print(format_versions("versions", interpreter_versions()), flush=True)
     if args.child:
         with tempfile.TemporaryDirectory() as tmp:
             run = str(Path(tmp) / "run")

