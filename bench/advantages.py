@@ -120,7 +120,10 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=1.0, help="timing budget per estimator")
     args = parser.parse_args()
-    from versions import format_versions, interpreter_versions  # bench/versions.py
+    import runpy  # bench/ is off sys.path here (see the top of the file): load bench/versions.py by path
+
+    _v = runpy.run_path(str(Path(__file__).with_name("versions.py")))
+    format_versions, interpreter_versions = _v["format_versions"], _v["interpreter_versions"]
     print(format_versions("versions", interpreter_versions()), flush=True)
     if args.threads:
         torch.set_num_threads(args.threads)

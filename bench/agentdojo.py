@@ -94,7 +94,10 @@ def main() -> None:
         "--group-size", type=int, default=8, help="episodes per case in the grouped run (G)"
     )
     args = parser.parse_args()
-    from versions import format_versions, interpreter_versions  # bench/versions.py
+    import runpy  # bench/ is off sys.path here (see the top of the file): load bench/versions.py by path
+
+    _v = runpy.run_path(str(Path(__file__).with_name("versions.py")))
+    format_versions, interpreter_versions = _v["format_versions"], _v["interpreter_versions"]
     print(format_versions("versions", interpreter_versions()), flush=True)
 
     env = corrgrpo_envs.make(

@@ -203,6 +203,27 @@ def test_train_through_servers_and_push_weights(server, relay, tmp_path):
     trainer.engine.close()
 
 
+def test_overlapped_generation_through_the_server(server, tmp_path):
+    """rollout.overlap with the server engine: step t+1 is sampled on the server while step t
+    updates; one policy version stale after the first step; the server ends on the final weights."""
+    cfg = config(tmp_path, [server], steps=3)
+    cfg["algorithm"]["tis_cap"] = 2.0
+    cfg["rollout"]["overlap"] = True
+    trainer = Trainer(config_from_dict(cfg))
+    trainer.train()
+    records = read_metrics(tmp_path / "run")
+    assert [r["overlap/staleness"] for r in records] == [0.0, 1.0, 1.0]
+    assert records[0]["mismatch/max"] < 1e-4  # the first batch comes from the trainer's weights
+    for r in records[1:]:
+        assert r["mismatch/abs_mean"] > 1e-4, r["mismatch/abs_mean"]  # one update older
+        assert 0 < r["tis/weight_mean"] <= 2.0
+    ids = list(range(5, 45))
+    served = torch.tensor(trainer.policy.score(ids))
+    torch.testing.assert_close(served, trainer_logprobs(trainer, ids), atol=1e-4, rtol=0)
+    assert trainer.engine.served_version(server) == trainer.engine.version_tag
+    trainer.engine.close()
+
+
 def test_dead_server_is_waited_for_and_gets_the_current_weights(server, relay, tmp_path, caplog):
     cfg = config_from_dict(config(tmp_path, [relay.url], steps=1, retries=0, generation_retries=1,
                                   recovery_timeout=60))

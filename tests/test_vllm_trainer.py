@@ -70,3 +70,41 @@ def test_vllm_rollouts_and_weight_sync(tmp_path):
         logp, _ = token_logprobs(trainer.unwrapped, packed)
     mask = packed.loss_mask[0].bool()
     torch.testing.assert_close(logp[0][mask], torch.tensor(action.logprobs), atol=1e-4, rtol=0)
+
+
+def test_vllm_engine_with_overlapped_generation(tmp_path):
+    """rollout.overlap with the vLLM engine: one step stale after the first, TIS-corrected, and
+    the engine ends on the trainer's final weights."""
+    cfg = config_from_dict(
+        {
+            "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 16},
+            "model": {"name_or_path": "tiny"},
+            "algorithm": {"estimator": "corrgrpo", "group_size": 4, "prompts_per_step": 4,
+                          "tis_cap": 2.0},
+            "rollout": {"max_new_tokens": 12, "backend": "vllm", "vllm_kwargs": ENGINE,
+                        "overlap": True},
+            "optim": {"lr": 1e-2},
+            "train": {"steps": 3, "split": "all", "progress": False, "tensorboard": False,
+                      "save_final": False, "output_dir": str(tmp_path / "run")},
+        }
+    )
+    trainer = Trainer(cfg)
+    trainer.train()
+    records = read_metrics(tmp_path / "run")
+    assert [r["overlap/staleness"] for r in records] == [0.0, 1.0, 1.0]
+    assert records[0]["mismatch/abs_mean"] < 1e-4  # step 1 samples the trainer's own weights
+    for r in records[1:]:  # later batches come from the weights one update older
+        assert r["mismatch/abs_mean"] > 1e-4, r["mismatch/abs_mean"]
+        assert 0 < r["tis/weight_mean"] <= 2.0
+    obs = {"messages": [{"role": "user", "content": "write a short string: 3"}], "tools": []}
+    action = trainer.policy.act([obs], SamplingParams(temperature=0.0, max_new_tokens=8))[0]
+    from agents import Episode
+
+    ep = Episode()
+    ep.append_context(action.prompt_ids)
+    ep.append_action(action)
+    packed = pack_episodes([ep], trainer.pad_id, torch.device("cpu"))
+    with torch.no_grad():
+        logp, _ = token_logprobs(trainer.unwrapped, packed)
+    mask = packed.loss_mask[0].bool()
+    torch.testing.assert_close(logp[0][mask], torch.tensor(action.logprobs), atol=1e-4, rtol=0)
