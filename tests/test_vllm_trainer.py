@@ -10,6 +10,7 @@ Skips, with the reason, where vLLM is not importable.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -72,39 +73,61 @@ def test_vllm_rollouts_and_weight_sync(tmp_path):
     torch.testing.assert_close(logp[0][mask], torch.tensor(action.logprobs), atol=1e-4, rtol=0)
 
 
+_OVERLAP_SCRIPT = """
+import sys, torch
+from agents import Episode, SamplingParams
+from trainer.config import config_from_dict
+from trainer.policy_forward import pack_episodes, token_logprobs
+from trainer.run_logger import read_metrics
+from trainer.trainer import Trainer
+
+out = sys.argv[1]
+engine = {"max_model_len": 1024, "enforce_eager": True, "kv_cache_memory_bytes": 256 * 2**20}
+cfg = config_from_dict({
+    "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 16},
+    "model": {"name_or_path": "tiny"},
+    "algorithm": {"estimator": "corrgrpo", "group_size": 4, "prompts_per_step": 4, "tis_cap": 2.0},
+    "rollout": {"max_new_tokens": 12, "backend": "vllm", "vllm_kwargs": engine, "overlap": True},
+    "optim": {"lr": 1e-2},
+    "train": {"steps": 3, "split": "all", "progress": False, "tensorboard": False,
+              "save_final": False, "output_dir": out},
+})
+trainer = Trainer(cfg)
+trainer.train()
+records = read_metrics(out)
+assert [r["overlap/staleness"] for r in records] == [0.0, 1.0, 1.0], records
+assert records[0]["mismatch/abs_mean"] < 1e-4, records[0]  # step 1 samples the trainer's weights
+for r in records[1:]:  # later batches come from the weights one update older
+    assert r["mismatch/abs_mean"] > 1e-4, r["mismatch/abs_mean"]
+    assert 0 < r["tis/weight_mean"] <= 2.0
+obs = {"messages": [{"role": "user", "content": "write a short string: 3"}], "tools": []}
+action = trainer.policy.act([obs], SamplingParams(temperature=0.0, max_new_tokens=8))[0]
+ep = Episode()
+ep.append_context(action.prompt_ids)
+ep.append_action(action)
+packed = pack_episodes([ep], trainer.pad_id, torch.device("cpu"))
+with torch.no_grad():
+    logp, _ = token_logprobs(trainer.unwrapped, packed)
+mask = packed.loss_mask[0].bool()
+torch.testing.assert_close(logp[0][mask], torch.tensor(action.logprobs), atol=1e-4, rtol=0)
+print("OVERLAP OK")
+"""
+
+
 def test_vllm_engine_with_overlapped_generation(tmp_path):
     """rollout.overlap with the vLLM engine: one step stale after the first, TIS-corrected, and
-    the engine ends on the trainer's final weights."""
-    cfg = config_from_dict(
-        {
-            "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 16},
-            "model": {"name_or_path": "tiny"},
-            "algorithm": {"estimator": "corrgrpo", "group_size": 4, "prompts_per_step": 4,
-                          "tis_cap": 2.0},
-            "rollout": {"max_new_tokens": 12, "backend": "vllm", "vllm_kwargs": ENGINE,
-                        "overlap": True},
-            "optim": {"lr": 1e-2},
-            "train": {"steps": 3, "split": "all", "progress": False, "tensorboard": False,
-                      "save_final": False, "output_dir": str(tmp_path / "run")},
-        }
-    )
-    trainer = Trainer(cfg)
-    trainer.train()
-    records = read_metrics(tmp_path / "run")
-    assert [r["overlap/staleness"] for r in records] == [0.0, 1.0, 1.0]
-    assert records[0]["mismatch/abs_mean"] < 1e-4  # step 1 samples the trainer's own weights
-    for r in records[1:]:  # later batches come from the weights one update older
-        assert r["mismatch/abs_mean"] > 1e-4, r["mismatch/abs_mean"]
-        assert 0 < r["tis/weight_mean"] <= 2.0
-    obs = {"messages": [{"role": "user", "content": "write a short string: 3"}], "tools": []}
-    action = trainer.policy.act([obs], SamplingParams(temperature=0.0, max_new_tokens=8))[0]
-    from agents import Episode
+    the engine ends on the trainer's final weights.
 
-    ep = Episode()
-    ep.append_context(action.prompt_ids)
-    ep.append_action(action)
-    packed = pack_episodes([ep], trainer.pad_id, torch.device("cpu"))
-    with torch.no_grad():
-        logp, _ = token_logprobs(trainer.unwrapped, packed)
-    mask = packed.loss_mask[0].bool()
-    torch.testing.assert_close(logp[0][mask], torch.tensor(action.logprobs), atol=1e-4, rtol=0)
+    In a fresh process, as a run has it: an in-process vLLM CPU engine binds the process's
+    OpenMP threads and disables ``torch.set_num_threads`` for good, so a second engine in the
+    same process (this module's first test) would run with the first one's thread binding.
+    """
+    import subprocess
+    import sys
+
+    script = tmp_path / "overlap_run.py"
+    script.write_text(_OVERLAP_SCRIPT)
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], capture_output=True,
+                          text=True, env=env, timeout=600, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0 and "OVERLAP OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]

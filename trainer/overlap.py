@@ -21,8 +21,11 @@ log-probabilities of the current weights as PPO's proximal policy and weights ea
 by ``min(pi_current / pi_sampler, algorithm.tis_cap)``, which is why the config requires
 ``tis_cap`` with overlap; ``mismatch/abs_mean|max`` measure the sampler/trainer gap.
 
-Torch's intra-op thread count is one per process, shared by both threads, and both
-compute at once: :func:`overlap_threads` gives each side half of the trainer's threads.
+Both threads compute at once: with the ``hf`` engine :func:`overlap_threads` gives each
+side half of the trainer's threads. OpenMP keeps a thread count per thread, so the worker
+sets its own when it starts. With ``vllm`` the worker keeps OpenMP's default for new threads:
+vLLM's own helper threads use that default too, and its CPU attention checks that the
+thread that prepared a step and the one that runs it agree.
 
 Checkpoints: the batch in flight at a save belongs to the next step and was sampled from
 weights no longer held by the trainer, so :meth:`OverlappedRollouts.save` waits for it
@@ -63,6 +66,12 @@ def overlap_threads(total: int) -> int:
     concurrently, so each gets half (at least 1).
     """
     return max(1, total // 2)
+
+
+def _set_torch_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 def pending_file(checkpoint: Path, rank: int) -> Path:
@@ -109,13 +118,23 @@ class OverlappedRollouts:
         sync_weights: makes the rollout engine's copy follow the trainer's current weights
             (called only while the worker is idle).
         steps: the run's last step + 1 (no batch is started beyond it).
+        threads: torch threads of the worker thread (None: leave its default).
     """
 
-    def __init__(self, collect: Callable[[int], RolloutBatch], sync_weights: Callable[[], None], steps: int):
+    def __init__(
+        self,
+        collect: Callable[[int], RolloutBatch],
+        sync_weights: Callable[[], None],
+        steps: int,
+        threads: int | None = None,
+    ):
         self._collect = collect
         self._sync = sync_weights
         self._steps = steps
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corrgrpo-rollout")
+        init, args = (_set_torch_threads, (threads,)) if threads else (None, ())
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="corrgrpo-rollout", initializer=init, initargs=args
+        )
         self._pending: _Pending | None = None
 
     def next_batch(self, step: int) -> tuple[RolloutBatch, dict[str, float]]:
