@@ -134,6 +134,44 @@ def evaluate_stage(
     return result
 
 
+# ----------------------------------------------------------------------- train overlap
+def generated_train_duplicates(config: Path) -> tuple[set[str], set[str]]:
+    """Eval-split task ids of the generator whose user turn and expected calls equal a train-split
+    task's (the generator's request space is small, so some recur), and the ids that expect calls."""
+    import corrgrpo_envs
+    from trainer.config import load_config
+
+    cfg = load_config(config, [])
+    kwargs = {k: v for k, v in cfg.env.items() if k not in ("id", "split")}
+
+    def key(task: Any) -> str:
+        user = [m["content"] for m in task.data["messages"] if m["role"] == "user"]
+        return json.dumps([user, task.data.get("expected_calls")], sort_keys=True)
+
+    splits = {}
+    for split in ("train", "eval"):
+        env = corrgrpo_envs.make(cfg.env["id"], **{**kwargs, "split": split}).unwrapped
+        splits[split] = list(env.tasks)
+        env.close()
+    train_keys = {key(t) for t in splits["train"]}
+    seen = {t.id for t in splits["eval"] if key(t) in train_keys}
+    with_calls = {t.id for t in splits["eval"] if t.data.get("expected_calls")}
+    return seen, with_calls
+
+
+def unseen_accuracy(result: dict[str, Any], seen: set[str], with_calls: set[str]) -> dict[str, float]:
+    """All-exact accuracy (with its Wilson interval) over the answered call tasks not seen in train."""
+    from corrgrpo_envs.toolcall.metrics import wilson_interval
+
+    high = {"function_name": 0.5, "parameter": 1.0, "values": 1.5}
+    pool = [a for a in result.get("answers", []) if a["task_id"] in with_calls and a["task_id"] not in seen]
+    hits = sum(all(abs(float(a["rewards"][k]) - v) < 1e-6 for k, v in high.items()) for a in pool)
+    low, up = wilson_interval(hits, len(pool)) if pool else (float("nan"), float("nan"))
+    return {"n": len(pool), "all_exact_accuracy": 100.0 * hits / max(len(pool), 1),
+            "ci95_low": 100.0 * low, "ci95_high": 100.0 * up,
+            "seen_call_tasks": len([a for a in result.get("answers", []) if a["task_id"] in with_calls & seen])}
+
+
 # ------------------------------------------------------------------------------ report
 def _rows(result: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
     """``(label, metrics)`` of a result: the whole data set, then each part when it has several."""
@@ -173,7 +211,17 @@ def write_report(out: Path, results: list[dict[str, Any]]) -> None:
     """``report.json`` (results without answers) and ``report.md`` in ``out``."""
     slim = [{k: v for k, v in r.items() if k != "answers"} for r in results]
     (out / "report.json").write_text(json.dumps(slim, indent=2, default=str), encoding="utf-8")
-    (out / "report.md").write_text(markdown_table(results), encoding="utf-8")
+    text = markdown_table(results)
+    unseen = [r for r in results if r.get("unseen")]
+    if unseen:
+        text += ("\nGenerator eval split without the call tasks whose request and calls also occur in the "
+                 "train split:\n\n| stage | unseen call tasks | all-exact % [95 % CI] | call tasks left out |\n"
+                 "|---|---|---|---|\n")
+        for r in unseen:
+            u = r["unseen"]
+            text += (f"| {r['stage']} | {u['n']} | {u['all_exact_accuracy']:.1f} [{u['ci95_low']:.1f}, "
+                     f"{u['ci95_high']:.1f}] | {u['seen_call_tasks']} |\n")
+    (out / "report.md").write_text(text, encoding="utf-8")
 
 
 def _pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
@@ -213,8 +261,15 @@ def main(argv: list[str] | None = None) -> int:
             results.append(result)
             write_report(args.out, results)
             print(f"{stage} {name}: {result['metrics'].get('all_exact_accuracy')} ({result['wall_seconds']:.0f} s)", flush=True)
-    write_report(args.out, results)
-    print(markdown_table(results))
+    # the report covers every result in the folder (earlier calls' stages too), in file order
+    everything = [json.loads(f.read_text(encoding="utf-8")) for f in sorted(args.out.glob("*-*.json"))]
+    if any(r["data"] == "generated" for r in everything):
+        seen, with_calls = generated_train_duplicates(args.config)
+        for r in everything:
+            if r["data"] == "generated":
+                r["unseen"] = unseen_accuracy(r, seen, with_calls)
+    write_report(args.out, everything)
+    print((args.out / "report.md").read_text(encoding="utf-8"))
     return 0
 
 
