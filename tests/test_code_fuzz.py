@@ -161,7 +161,9 @@ def test_forged_records_are_data_and_fail(env, channel):
     plan = u.verdicts.plan(task)
     start = time.process_time()
     status = judge(task, plan, RunResult("ok", channel=channel))
-    assert time.process_time() - start < 1.0
+    # linear parsing takes ~0.1 s on the largest channel; a quadratic one would take minutes.
+    # The bound leaves room for a machine whose other jobs thrash the caches.
+    assert time.process_time() - start < 3.0
     assert isinstance(status, str) and status != "ok", status
 
 
