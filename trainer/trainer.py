@@ -129,8 +129,7 @@ class Trainer:
         loss_fn, loss_cfg = setup.build_loss(cfg)
         self.updater = PolicyUpdater(
             self.model, self.optimizer, self.scheduler, acc, loss_fn, loss_cfg, cfg.optim,
-            ref_model=ref_model, tis_cap=a.tis_cap,
-            fresh_logprobs=self.engine.samples_from_training_model, seed=cfg.train.seed,
+            ref_model=ref_model, tis_cap=a.tis_cap, seed=cfg.train.seed,
         )
         self.sampling = setup.sampling_params(cfg)
         self.dynamic_sampling = a.dynamic_sampling if a.dynamic_sampling is not None else a.loss == "dapo"

@@ -42,9 +42,6 @@ class PolicyUpdater:
         optim: the ``optim`` config section (epochs, mini- and micro-batch sizes, clipping).
         ref_model: frozen reference for the KL term, or None.
         tis_cap: truncated importance sampling cap, or None.
-        fresh_logprobs: the rollouts were sampled by ``model`` itself with the current
-            weights (informational: with one epoch and one mini-batch the first forward
-            pass gives the proximal log-probabilities either way, see :meth:`update`).
         seed: seed of the shuffling of later epochs.
     """
 
@@ -60,14 +57,13 @@ class PolicyUpdater:
         *,
         ref_model: torch.nn.Module | None = None,
         tis_cap: float | None = None,
-        fresh_logprobs: bool = True,
         seed: int = 0,
     ):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.accelerator = accelerator
         self.loss_fn, self.loss_cfg, self.optim = loss_fn, loss_cfg, optim
         self.ref_model, self.tis_cap = ref_model, tis_cap
-        self.fresh_logprobs, self.seed = fresh_logprobs, seed
+        self.seed = seed
 
     # ------------------------------------------------------------------ helpers
     def _global(self, value: float | torch.Tensor) -> float:
