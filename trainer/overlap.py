@@ -21,11 +21,8 @@ log-probabilities of the current weights as PPO's proximal policy and weights ea
 by ``min(pi_current / pi_sampler, algorithm.tis_cap)``, which is why the config requires
 ``tis_cap`` with overlap; ``mismatch/abs_mean|max`` measure the sampler/trainer gap.
 
-Both threads compute at once: with the ``hf`` engine :func:`overlap_threads` gives each
-side half of the trainer's threads. OpenMP keeps a thread count per thread, so the worker
-sets its own when it starts. With ``vllm`` the worker keeps OpenMP's default for new threads:
-vLLM's own helper threads use that default too, and its CPU attention checks that the
-thread that prepared a step and the one that runs it agree.
+Both threads compute at once; :func:`overlap_threads` decides each side's torch threads per
+engine (OpenMP keeps a count per thread, so the worker sets its own when it starts).
 
 Checkpoints: the batch in flight at a save belongs to the next step and was sampled from
 weights no longer held by the trainer, so :meth:`OverlappedRollouts.save` waits for it
@@ -42,7 +39,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -58,14 +57,34 @@ from trainer.rollout import RolloutBatch
 __all__ = ["OverlappedRollouts", "batch_from_json", "batch_to_json", "overlap_threads", "pending_file"]
 
 
-def overlap_threads(total: int) -> int:
-    """Torch threads per side when the rollout worker and the update compute at once.
+def overlap_threads(total: int, backend: str = "hf") -> tuple[int, int | None]:
+    """Torch threads of the trainer's thread and of the rollout worker, when both compute at once.
 
     ``total``: the trainer process's thread budget (``rollout.torch_threads`` or the
-    automatic count). Torch's count is process-wide and both sides run parallel regions
-    concurrently, so each gets half (at least 1).
+    automatic count). Returns ``(trainer side, worker)``; the worker's is None where it must
+    keep OpenMP's default for new threads.
+
+    * ``hf``: each side gets half (at least 1), the worker setting its own when it starts.
+    * ``vllm`` (in-process): vLLM's CPU attention checks that the thread preparing a step and
+      the thread running it use the same OpenMP count, and its helper threads run on
+      OpenMP's default for new threads (``OMP_NUM_THREADS``, else one per core). So both
+      sides take that default; a warning says so when it differs from ``total``.
+    * ``server``: generation runs elsewhere; the trainer keeps ``total``.
     """
-    return max(1, total // 2)
+    if backend == "hf":
+        half = max(1, total // 2)
+        return half, half
+    if backend == "vllm":
+        env = os.environ.get("OMP_NUM_THREADS", "").strip()
+        default = int(env) if env.isdigit() and int(env) > 0 else os.cpu_count() or 1
+        if default != total:
+            warnings.warn(
+                f"rollout.overlap with the vllm backend: torch threads set to {default} (OpenMP's "
+                f"default for new threads) instead of {total}; vLLM's CPU attention needs the two to agree",
+                stacklevel=3,
+            )
+        return default, None
+    return total, None
 
 
 def _set_torch_threads(threads: int) -> None:

@@ -23,7 +23,6 @@ import json
 import os
 import random
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -64,24 +63,6 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _vllm_overlap_threads(requested: int) -> int:
-    """Torch threads of a trainer whose in-process vLLM engine generates in the overlap worker.
-
-    vLLM's CPU attention checks that the thread preparing a step and the thread running it
-    use the same OpenMP thread count; in a worker thread one of them runs on OpenMP's default
-    for new threads (``OMP_NUM_THREADS``, else one per core). So the trainer takes that count.
-    """
-    env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    default = int(env) if env.isdigit() and int(env) > 0 else os.cpu_count() or 1
-    if default != requested:
-        warnings.warn(
-            f"rollout.overlap with the vllm backend: torch threads set to {default} (OpenMP's default "
-            f"for new threads) instead of {requested}; vLLM's CPU attention needs the two to agree",
-            stacklevel=3,
-        )
-    return default
-
-
 class Trainer:
     """Owns the model, optimizer, environments and run folder of one training run.
 
@@ -108,14 +89,9 @@ class Trainer:
 
         r = cfg.rollout  # threads first: reward worker processes inherit their OMP/MKL settings
         self.torch_threads = configure_threads(r.torch_threads, r.reward_workers, r.reward_executor)
-        # with overlap both sides compute at once: each gets half, set before the rollout engine
-        # exists (vLLM's CPU kernels fix their thread count when the engine starts)
-        side_threads = self.torch_threads
-        if r.overlap and r.backend == "hf":
-            side_threads = overlap_threads(self.torch_threads)
-        elif r.overlap and r.backend == "vllm":
-            side_threads = _vllm_overlap_threads(self.torch_threads)
-        torch.set_num_threads(side_threads)
+        if r.overlap:  # set before the rollout engine exists: vLLM fixes its count when it starts
+            side_threads, worker_threads = overlap_threads(self.torch_threads, r.backend)
+            torch.set_num_threads(side_threads)
         self.venv = setup.build_vector_env(cfg, self.groups_per_process, a.group_size)
         self.reward_names, self.weights = setup.reward_setup(cfg, self.venv)
         self.sampler = TaskSampler(self.venv.task_ids, a.prompts_per_step, cfg.train.seed)
@@ -140,10 +116,7 @@ class Trainer:
         if r.overlap:
             self.overlap = OverlappedRollouts(
                 self._collect, lambda: self.engine.sync_weights(self.unwrapped), cfg.train.steps,
-                # hf: the worker's half of the threads. vllm: left at OpenMP's default for new
-                # threads, which vLLM's own helper threads also use, and its CPU attention
-                # checks that the thread preparing a step and the one running it agree
-                threads=side_threads if r.backend == "hf" else None,
+                threads=worker_threads,
             )
 
         self.logger = RunLogger(self.output_dir, tensorboard=cfg.train.tensorboard, enabled=acc.is_main_process)
