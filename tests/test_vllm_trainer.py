@@ -22,10 +22,9 @@ AVAILABLE, WHY = vllm_available()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 
 import torch  # noqa: E402
+from engine_checks import assert_engine_samples_trainer_weights  # noqa: E402
 
-from agents import SamplingParams  # noqa: E402
 from trainer.config import config_from_dict  # noqa: E402
-from trainer.policy_forward import pack_episodes, token_logprobs  # noqa: E402
 from trainer.run_logger import read_metrics  # noqa: E402
 from trainer.trainer import Trainer  # noqa: E402
 
@@ -59,25 +58,14 @@ def test_vllm_rollouts_and_weight_sync(tmp_path):
     assert any(not torch.equal(before[k], v) for k, v in trainer.unwrapped.state_dict().items())
 
     # the engine now samples from the trained weights: its logprobs match the HF forward pass
-    obs = {"messages": [{"role": "user", "content": "write a short string: 3"}], "tools": []}
-    action = trainer.policy.act([obs], SamplingParams(temperature=0.0, max_new_tokens=8))[0]
-    from agents import Episode
-
-    ep = Episode()
-    ep.append_context(action.prompt_ids)
-    ep.append_action(action)
-    packed = pack_episodes([ep], trainer.pad_id, torch.device("cpu"))
-    with torch.no_grad():
-        logp, _ = token_logprobs(trainer.unwrapped, packed)
-    mask = packed.loss_mask[0].bool()
-    torch.testing.assert_close(logp[0][mask], torch.tensor(action.logprobs), atol=1e-4, rtol=0)
+    assert_engine_samples_trainer_weights(trainer)
 
 
 _OVERLAP_SCRIPT = """
-import sys, torch
-from agents import Episode, SamplingParams
+import sys
+sys.path.insert(0, sys.argv[2])  # the tests folder
+from engine_checks import assert_engine_samples_trainer_weights
 from trainer.config import config_from_dict
-from trainer.policy_forward import pack_episodes, token_logprobs
 from trainer.run_logger import read_metrics
 from trainer.trainer import Trainer
 
@@ -100,16 +88,7 @@ assert records[0]["mismatch/abs_mean"] < 1e-4, records[0]  # step 1 samples the 
 for r in records[1:]:  # later batches come from the weights one update older
     assert r["mismatch/abs_mean"] > 1e-4, r["mismatch/abs_mean"]
     assert 0 < r["tis/weight_mean"] <= 2.0
-obs = {"messages": [{"role": "user", "content": "write a short string: 3"}], "tools": []}
-action = trainer.policy.act([obs], SamplingParams(temperature=0.0, max_new_tokens=8))[0]
-ep = Episode()
-ep.append_context(action.prompt_ids)
-ep.append_action(action)
-packed = pack_episodes([ep], trainer.pad_id, torch.device("cpu"))
-with torch.no_grad():
-    logp, _ = token_logprobs(trainer.unwrapped, packed)
-mask = packed.loss_mask[0].bool()
-torch.testing.assert_close(logp[0][mask], torch.tensor(action.logprobs), atol=1e-4, rtol=0)
+assert_engine_samples_trainer_weights(trainer)
 print("OVERLAP OK")
 """
 
@@ -128,6 +107,7 @@ def test_vllm_engine_with_overlapped_generation(tmp_path):
     script = tmp_path / "overlap_run.py"
     script.write_text(_OVERLAP_SCRIPT)
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], capture_output=True,
-                          text=True, env=env, timeout=600, cwd=Path(__file__).resolve().parents[1])
+    tests = Path(__file__).resolve().parent
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), str(tests)], capture_output=True,
+                          text=True, env=env, timeout=600, cwd=tests.parent)
     assert proc.returncode == 0 and "OVERLAP OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
