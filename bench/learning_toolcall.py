@@ -162,8 +162,9 @@ def generated_train_duplicates(config: Path) -> tuple[set[str], set[str]]:
 def unseen_accuracy(result: dict[str, Any], seen: set[str], with_calls: set[str]) -> dict[str, float]:
     """All-exact accuracy (with its Wilson interval) over the answered call tasks not seen in train."""
     from corrgrpo_envs.toolcall.metrics import wilson_interval
+    from corrgrpo_envs.toolcall.rewards import REWARD_HIGH, REWARD_NAMES
 
-    high = {"function_name": 0.5, "parameter": 1.0, "values": 1.5}
+    high = dict(zip(REWARD_NAMES[:3], REWARD_HIGH[:3]))  # the three correctness rewards at their maxima
     pool = [a for a in result.get("answers", []) if a["task_id"] in with_calls and a["task_id"] not in seen]
     hits = sum(all(abs(float(a["rewards"][k]) - v) < 1e-6 for k, v in high.items()) for a in pool)
     low, up = wilson_interval(hits, len(pool)) if pool else (float("nan"), float("nan"))

@@ -48,6 +48,6 @@ def interpreter_versions(python: str | None = None) -> dict[str, str]:
 
 
 def format_versions(label: str, found: dict[str, str]) -> str:
-    """One line: ``label: python 3.11.7, torch 2.13.0+cpu, ...`` (and the machine's CPU count)."""
+    """One line: ``label: python 3.11.7, torch 2.13.0+cpu, ... (x86_64)``, the machine architecture last."""
     parts = [f"{k} {v}" for k, v in found.items()]
     return f"{label}: " + ", ".join(parts) + f" ({platform.machine()})"

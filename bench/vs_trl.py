@@ -243,11 +243,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     pythons = {"main": args.python, "trl": args.trl_python, "vllm": args.vllm_python}
     setup_hint = {"trl": "scripts/trl_venv.sh", "vllm": "scripts/vllm_venv.sh", "main": "scripts/setup.sh"}
-    for side in sorted({CONFIGS[c][4] for c in names}):
+    sides = sorted({CONFIGS[c][4] for c in names})
+    for side in sides:
         if not Path(pythons[side]).exists():
             print(f"{pythons[side]} not found: run {setup_hint[side]} first", file=sys.stderr)
             return 2
-    versions = {side: interpreter_versions(pythons[side]) for side in sorted({CONFIGS[c][4] for c in names})}
+    versions = {side: interpreter_versions(pythons[side]) for side in sides}
     for side, found in versions.items():
         print(format_versions(f"{side} side ({pythons[side]})", found), flush=True)
 
