@@ -104,10 +104,13 @@ def test_pathological_actions_step_fast_and_never_raise(env):
 
 def test_fence_scanning_is_linear():
     for text in (_fill("`"), _fill("```\n"), "\n" * N + "```", _fill("```python\n" + ENTRY + "\n")):
-        start = time.process_time()
-        choose_block(text, "has_close_elements")
-        choose_block(text, "Solution().f")
-        assert time.process_time() - start < 0.05
+        times = []
+        for _ in range(3):  # the best of 3: one scan of 50k fences takes ~35 ms, a hiccup more
+            start = time.process_time()
+            choose_block(text, "has_close_elements")
+            choose_block(text, "Solution().f")
+            times.append(time.process_time() - start)
+        assert min(times) < 0.05
 
 
 _PIECES = st.sampled_from(
