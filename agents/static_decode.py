@@ -139,7 +139,8 @@ def static_decode(
     Returns:
         ``(generated [B, T], logprobs [B, T])``: the generated ids (rows that finished
         early are padded with ``pad_id``, as ``generate`` pads them) and the float32
-        log-probability of each under the raw logits (temperature 1, no top-p).
+        log-probability of each under the raw logits (temperature 1, no top-p); after a
+        row's last token its log-probabilities are 0 when decoding greedily.
     """
     reason = static_decode_unsupported(model)
     if reason is not None:
@@ -167,29 +168,45 @@ def static_decode(
     position = attention_mask.long().sum(-1, keepdim=True)  # of the first generated token
 
     unfinished = torch.ones(batch, dtype=torch.bool, device=device)
+    # Greedy rows are independent, so rows that have finished leave the batch: the cache
+    # and the forward pass shrink to the rows still running (the row order of a sampled
+    # batch stays fixed, since ``torch.multinomial`` draws per row of the whole batch).
+    # ``rows`` maps the cache's rows to the batch's; compacting copies the cache, so it
+    # waits until a quarter of the cache's rows are done.
+    rows = torch.arange(batch, device=device)
     logprobs: list[torch.Tensor] = []
     steps = 0
     for t in range(max_new_tokens):
         logp = torch.log_softmax(logits, dim=-1)
         if temperature == 0.0:
-            next_tokens = torch.argmax(logits, dim=-1)
+            picked = torch.argmax(logits, dim=-1)
         else:
             scores = logits / temperature if temperature != 1.0 else logits
             if top_p < 1.0:
                 scores = _top_p(scores, top_p)
-            next_tokens = torch.multinomial(F.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-        next_tokens = torch.where(unfinished, next_tokens, torch.full_like(next_tokens, pad_id))
-        logprobs.append(logp.gather(-1, next_tokens[:, None]).squeeze(-1))
+            picked = torch.multinomial(F.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        picked = torch.where(unfinished[rows], picked, torch.full_like(picked, pad_id))
+        next_tokens = torch.full((batch,), pad_id, dtype=torch.long, device=device)
+        next_tokens[rows] = picked
+        step_logp = torch.zeros(batch, dtype=logp.dtype, device=device)
+        step_logp[rows] = logp.gather(-1, picked[:, None]).squeeze(-1)
+        logprobs.append(step_logp)
         at = width + t
         tokens[:, at] = next_tokens
         valid[:, at] = True
         steps = t + 1
         unfinished &= ~torch.isin(next_tokens, eos)
         if stopping is not None:
-            unfinished &= ~stopping(tokens[:, : at + 1], logits)
+            unfinished[rows] &= ~stopping(tokens[rows, : at + 1], logits)
         if t + 1 == max_new_tokens or not bool(unfinished.any()):
             break
-        logits = _forward(model, rope, next_tokens[:, None], position, cache, at, valid[:, None, None, : at + 1])
+        running = unfinished[rows]
+        if temperature == 0.0 and int(running.sum()) <= 0.75 * len(rows):
+            keep = running.nonzero().squeeze(1)
+            cache.keys = [k.index_select(0, keep) for k in cache.keys]
+            cache.values = [v.index_select(0, keep) for v in cache.values]
+            rows, position = rows[keep], position[keep]
+        logits = _forward(model, rope, next_tokens[rows, None], position, cache, at, valid[rows, None, None, : at + 1])
         position = position + 1
     generated = tokens[:, width : width + steps]
     return generated, torch.stack(logprobs, dim=1) if logprobs else torch.zeros((batch, 0))

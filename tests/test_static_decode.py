@@ -33,7 +33,9 @@ def test_same_tokens_and_logprobs_as_generate(tiny, temperature, top_p):
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
 
 
-def test_eos_and_stop_strings_end_rows_as_generate_does(tiny):
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_eos_and_stop_strings_end_rows_as_generate_does(tiny, temperature):
+    # greedy rows that finish leave the batch (the cache shrinks): same tokens and logprobs
     model, tokenizer = tiny
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     forced = copy.deepcopy(model)
@@ -45,10 +47,12 @@ def test_eos_and_stop_strings_end_rows_as_generate_does(tiny):
 
     forced.lm_head.register_forward_hook(prefer_eos_late)
     for stop in ((), ("a", "e")):
-        sampling = SamplingParams(max_new_tokens=16, seed=3, stop=stop)
+        sampling = SamplingParams(max_new_tokens=16, seed=3, stop=stop, temperature=temperature)
         fast = HFPolicy(forced, tokenizer, decoder="static").act(_observations(), sampling)
         slow = HFPolicy(forced, tokenizer, decoder="generate").act(_observations(), sampling)
         assert [a.completion_ids for a in fast] == [b.completion_ids for b in slow]
+        for a, b in zip(fast, slow):
+            torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
         assert [a.text for a in fast] == [b.text for b in slow]
         assert [a.finish_reason for a in fast] == [b.finish_reason for b in slow]
 
@@ -81,3 +85,27 @@ def test_other_architectures_fall_back_to_generate():
     with pytest.raises(ValueError, match="allowed values"):
         HFPolicy(model, tokenizer, decoder="fast")
     assert HFPolicy(model, tokenizer)._static() is False
+
+
+def test_greedy_rows_leave_the_batch_when_they_finish(tiny):
+    model, tokenizer = tiny
+    eos = tokenizer.eos_token_id
+    calls: list[int] = []
+    forced = copy.deepcopy(model)
+
+    def end_rows_one_by_one(module, inputs, output):
+        # row r of the first call ends at step r + 1; the batch each later call sees is recorded
+        calls.append(output.shape[0])
+        output = output.clone()
+        if len(calls) > 1:
+            output[: max(0, 8 - len(calls) + 1), -1, eos] = 1e4
+        return output
+
+    forced.lm_head.register_forward_hook(end_rows_one_by_one)
+    ids = torch.randint(5, 50, (8, 4))
+    generated, logprobs = static_decode(
+        forced, ids, torch.ones_like(ids), max_new_tokens=12, temperature=0.0, top_p=1.0,
+        eos_ids=[eos], pad_id=tokenizer.pad_token_id,
+    )
+    assert calls[0] == 8 and min(calls) < 8  # the cache shrank
+    assert generated.shape[0] == 8 and bool((logprobs[generated == tokenizer.pad_token_id] == 0).all())
