@@ -49,7 +49,6 @@ def test_overlap_needs_the_importance_correction(tmp_path):
 def test_staleness_is_one_after_the_first_step_and_the_sampler_is_corrected(tmp_path):
     trainer = Trainer(_cfg(tmp_path))
     assert trainer.policy.model is not trainer.unwrapped  # the rollout side has its own copy
-    assert not trainer.engine.samples_from_training_model  # the sampler's log-probs are another policy's
     trainer.train()
     records = read_metrics(tmp_path / "run")
     assert [r["overlap/staleness"] for r in records] == [0.0, 1.0, 1.0]

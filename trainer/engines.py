@@ -35,10 +35,6 @@ class RolloutEngine(ABC):
         cfg: the run's :class:`~trainer.config.Config` (``rollout`` and ``model`` sections).
     """
 
-    #: True when the engine samples with the training model itself, so the trainer's first
-    #: forward pass of an update gives the sampling-time log-probabilities (no extra pass).
-    samples_from_training_model: bool = False
-
     def __init__(self, model: Any, tokenizer: Any, cfg: Any):
         self.tokenizer = tokenizer
 
@@ -100,8 +96,6 @@ class HFEngine(RolloutEngine):
     runs while it generates), whose weights :meth:`sync_weights` copies from the trainer's.
     """
 
-    samples_from_training_model = True
-
     def __init__(self, model: Any, tokenizer: Any, cfg: Any):
         super().__init__(model, tokenizer, cfg)
         from agents.hf_policy import HFPolicy
@@ -115,7 +109,6 @@ class HFEngine(RolloutEngine):
             import copy
 
             self._copy = model = copy.deepcopy(model).eval().requires_grad_(False)
-            self.samples_from_training_model = False
         self._policy = HFPolicy(model, tokenizer, decoder=cfg.rollout.hf_decoder)
 
     @property
