@@ -162,7 +162,8 @@ def run_curves(folder: Path) -> dict[str, Any]:
         "steps": steps, "reward_names": names,
         "means": {name: series(f"reward/{name}/mean") for name in names},
         "weighted": series("reward/weighted/mean"),
-        "c_q_median": series("c_q/median"), "k_eff": series("k_eff/mean"),
+        "c_q_median": series("c_q/median"), "c_q_p10": series("c_q/p10"), "c_q_p90": series("c_q/p90"),
+        "k_eff": series("k_eff/mean"),
         "zero_variance_fraction": series("zero_variance_fraction"),
         "advantage_abs_mean": series("advantage/abs_mean"),
         "completion_length": series("completion_length/mean"),
@@ -226,7 +227,8 @@ def run_table(name: str, c: dict[str, Any]) -> str:
     text = (f"\n#### RL run `{name}`: training-batch means ({n} steps, sampled rollouts)\n\n"
             f"| | {' | '.join(labels)} |\n|---|{'---|' * len(windows)}\n")
     rows = [("weighted", c["weighted"])] + [(k, v) for k, v in c["means"].items()] + [
-        ("c_q median", c["c_q_median"]), ("K_eff", c["k_eff"]), ("zero-variance groups", c["zero_variance_fraction"]),
+        ("c_q median", c["c_q_median"]), ("c_q p10", c.get("c_q_p10", [])), ("c_q p90", c.get("c_q_p90", [])),
+        ("K_eff", c["k_eff"]), ("zero-variance groups", c["zero_variance_fraction"]),
         ("mean abs advantage", c["advantage_abs_mean"]), ("completion tokens", c["completion_length"]),
         ("seconds per step", c["step_seconds"]),
     ] + [(f"cov share {k}", v) for k, v in c["cov_share"].items()]
