@@ -173,6 +173,102 @@ def run_curves(folder: Path) -> dict[str, Any]:
     }
 
 
+def group_analysis(
+    folder: Path, weights: list[float], rollouts_per_step: int, merge: tuple[str, str] = ("syntax", "compile")
+) -> dict[str, Any]:
+    """GRPO's and CorrGRPO's advantages recomputed on an RL run's logged rollouts.
+
+    Needs ``train.log_samples`` >= ``rollouts_per_step`` (``samples.jsonl`` then holds every
+    rollout's reward vector). Per group with any variance: CorrGRPO's multiplier
+    ``c_q = A_corrgrpo / A_grpo``, ``S_corr``, ``K_eff`` and the share of ``S_corr`` that the
+    near-duplicate block (``syntax``, ``compile``, ``ast_similarity``) contributes; and
+    ``c_q`` again with the two rewards of ``merge`` counted as one (their weights summed),
+    i.e. what the duplicate costs a group.
+    """
+    import torch
+
+    from trainer.advantages import compute_advantages, group_rewards
+
+    rows = [json.loads(line) for line in (folder / "samples.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_step.setdefault(int(r["step"]), []).append(r)
+    full = rollouts_per_step
+    # a step that logged fewer rollouts has partial groups; a step logged twice (a run killed
+    # before a resume) keeps its last rollouts
+    rows = [r for v in by_step.values() if len(v) >= full for r in v[-full:]]
+    names = list(REWARDS)
+    keys = sorted({(int(r["step"]), r["task_id"]) for r in rows})
+    gid = {k: i for i, k in enumerate(keys)}
+    rewards = torch.tensor([r["reward"] for r in rows], dtype=torch.float64)
+    groups = torch.tensor([gid[(int(r["step"]), r["task_id"])] for r in rows])
+    w = torch.tensor(weights, dtype=torch.float64)
+    grpo = compute_advantages(rewards, groups, "grpo", w).advantages.double()
+    corr = compute_advantages(rewards, groups, "corrgrpo", w).advantages.double()
+    keep = [i for i, n in enumerate(names) if n != merge[1]]
+    merged_w = w.clone()
+    merged_w[names.index(merge[0])] += w[names.index(merge[1])]
+    corr_merged = compute_advantages(rewards[:, keep], groups, "corrgrpo", merged_w[keep]).advantages.double()
+    stats = group_rewards(rewards, groups, w)
+    s_corr = stats.s_corr.numpy()
+    corr_m = stats.correlation().numpy()  # [G, K, K], 0 for inactive components
+    block = [names.index(n) for n in ("syntax", "compile", "ast_similarity")]
+    out = []
+    for g in range(len(keys)):
+        members = (groups == g).nonzero().squeeze(1)
+        a, c, m = grpo[members].abs(), corr[members].abs(), corr_merged[members].abs()
+        if float(a.max()) < 1e-9:
+            continue
+        j = int(a.argmax())
+        active = [names[k] for k in range(len(names)) if bool(stats.active[g, k])]
+        out.append({
+            "step": keys[g][0], "task_id": keys[g][1], "active": active,
+            "c_q": float(c[j] / a[j]), "c_q_merged": float(m[j] / a[j]),
+            "s_corr": float(s_corr[g]), "k_eff": len(active) ** 2 / float(s_corr[g]) if s_corr[g] > 0 else float("nan"),
+            "block_share": float(corr_m[g][np.ix_(block, block)].sum() / s_corr[g]) if s_corr[g] > 0 else 0.0,
+            "weighted_std": float(rewards[members].matmul(w).std()),
+        })
+    c_q = np.array([o["c_q"] for o in out])
+    ratio = np.array([o["c_q_merged"] / o["c_q"] for o in out])
+    dup = [o for o in out if {"syntax", "compile"} <= set(o["active"])]
+    return {
+        "steps": sorted({k[0] for k in keys}), "rollouts_per_step": full,
+        "groups": len(keys), "groups_with_variance": len(out),
+        "c_q_p10_median_p90": np.percentile(c_q, [10, 50, 90]).tolist() if len(out) else [],
+        "k_eff_median": float(np.nanmedian([o["k_eff"] for o in out])) if out else float("nan"),
+        "groups_with_syntax_and_compile_active": len(dup),
+        "block_share_median_there": float(np.median([o["block_share"] for o in dup])) if dup else float("nan"),
+        "merge_ratio_median_there": float(np.median([o["c_q_merged"] / o["c_q"] for o in dup])) if dup else float("nan"),
+        "merge_ratio_max": float(ratio.max()) if len(out) else float("nan"),
+        "spearman_c_q_vs_weighted_std": _spearman(c_q, np.array([o["weighted_std"] for o in out])),
+        "per_group": out,
+    }
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+    if len(x) < 3:
+        return float("nan")
+    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def groups_text(name: str, g: dict[str, Any]) -> str:
+    if not g["groups_with_variance"]:
+        return f"\n#### Groups of `{name}`: no group with reward variance\n"
+    lo, mid, hi = g["c_q_p10_median_p90"]
+    return (
+        f"\n#### Groups of `{name}`: CorrGRPO's multiplier on the logged rollouts\n\n"
+        f"| | |\n|---|---|\n"
+        f"| groups (with reward variance) | {g['groups']} ({g['groups_with_variance']}) |\n"
+        f"| c_q p10 / median / p90 | {lo:.4f} / {mid:.4f} / {hi:.4f} |\n"
+        f"| K_eff median | {g['k_eff_median']:.2f} |\n"
+        f"| Spearman(c_q, std of the weighted reward) | {g['spearman_c_q_vs_weighted_std']:.2f} |\n"
+        f"| groups where syntax and compile both vary | {g['groups_with_syntax_and_compile_active']} |\n"
+        f"| there: share of S_corr from syntax, compile, ast_similarity (median) | {g['block_share_median_there']:.2f} |\n"
+        f"| there: c_q with syntax and compile as one reward / c_q (median) | {g['merge_ratio_median_there']:.2f} |\n"
+    )
+
+
 # ------------------------------------------------------------------------------ report
 def _f(v: float, digits: int = 1) -> str:
     return "n/a" if v is None or not np.isfinite(v) else f"{v:.{digits}f}"
@@ -183,7 +279,9 @@ def _window(values: list[float], lo: int, hi: int) -> float:
     return float(np.mean(part)) if part else float("nan")
 
 
-def report(results: list[dict[str, Any]], runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+def report(
+    results: list[dict[str, Any]], runs: dict[str, dict[str, Any]], groups: dict[str, dict[str, Any]] | None = None
+) -> tuple[str, dict[str, Any]]:
     """The markdown report and its numbers."""
     summaries = [summarise(r) for r in results]
     lines = [
@@ -214,7 +312,9 @@ def report(results: list[dict[str, Any]], runs: dict[str, dict[str, Any]]) -> tu
                      f"| {t['gained'] - t['lost']:+d} | {t['p']:.3g} |\n")
     for name, c in runs.items():
         text += run_table(name, c)
-    return text, {"summaries": summaries, "paired": tests, "runs": runs}
+        if groups and name in groups:
+            text += groups_text(name, groups[name])
+    return text, {"summaries": summaries, "paired": tests, "runs": runs, "groups": groups or {}}
 
 
 def run_table(name: str, c: dict[str, Any]) -> str:
@@ -285,8 +385,16 @@ def main(argv: list[str] | None = None) -> int:
         stage, _, data = f.stem.rpartition("-")
         if data in ("humaneval", "leetcode_test"):
             results.append(from_eval_json(f, stage, data))
-    runs = {name: run_curves(Path(folder)) for name, folder in _pairs(args.run, "--run")}
-    text, numbers = report(results, runs)
+    runs, groups = {}, {}
+    for name, folder in _pairs(args.run, "--run"):
+        runs[name] = run_curves(Path(folder))
+        if (Path(folder) / "samples.jsonl").exists():
+            from trainer.config import load_config
+
+            cfg = load_config(Path(folder) / "config.json" if (Path(folder) / "config.json").exists() else args.config, [])
+            per_step = cfg.algorithm.group_size * cfg.algorithm.prompts_per_step
+            groups[name] = group_analysis(Path(folder), list(cfg.algorithm.reward_weights), per_step)
+    text, numbers = report(results, runs, groups)
     (args.out / "report.md").write_text(text, encoding="utf-8")
     (args.out / "report.json").write_text(json.dumps(numbers, indent=2, default=str), encoding="utf-8")
     print(text)

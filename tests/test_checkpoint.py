@@ -283,6 +283,16 @@ def test_resume_truncates_and_repairs_a_torn_file(tmp_path):
     assert (tmp_path / "metrics.jsonl").read_text().endswith("\n")
 
 
+def test_resume_drops_the_samples_of_steps_after_the_checkpoint(tmp_path):
+    _write(tmp_path / "metrics.jsonl", '{"step": 1}\n{"step": 2}\n')
+    _write(tmp_path / "samples.jsonl", '{"step": 1, "text": "a"}\n{"step": 2, "text": "b"}\n{"step": 3, "text": "lost"}\n')
+    logger = RunLogger(tmp_path, tensorboard=False)
+    logger.truncate_after(2)
+    logger.log_samples(3, [{"text": "again"}])
+    texts = [json.loads(line)["text"] for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert texts == ["a", "b", "again"]
+
+
 def test_a_torn_file_is_repaired_before_appending(tmp_path):
     _write(tmp_path / "metrics.jsonl", '{"step": 1}\n{"step": 2, "lo')
     logger = RunLogger(tmp_path, tensorboard=False)

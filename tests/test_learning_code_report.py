@@ -93,3 +93,25 @@ def test_from_eval_json_turns_records_into_answers(tmp_path):
     r = learning_code.from_eval_json(path, "base", "humaneval")
     assert r["stage"] == "base" and r["wall_seconds"] == 5.0
     assert r["answers"] == [{"task_id": "HumanEval/0", "text": "t", "rewards": {"correct": 1.0}, "error": None}]
+
+
+def test_group_analysis_recomputes_the_multiplier_and_the_cost_of_a_duplicate(tmp_path):
+    # one step, two groups of 4; group 0: syntax and compile flip together (a duplicate pair),
+    # group 1: only ast_similarity varies; a stale partial copy of step 1 precedes the real one
+    def row(task, syntax, ast):
+        return {"step": 1, "task_id": task, "reward": [1.0, syntax, syntax, 0.0, 0.0, ast, 0.0]}
+
+    stale = [row("a", 1.0, 0.5)] * 2
+    rows = [row("a", s, 0.5) for s in (1.0, 0.0, 1.0, 0.0)] + [row("b", 1.0, a) for a in (0.2, 0.4, 0.6, 0.8)]
+    (tmp_path / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in stale + rows) + "\n", encoding="utf-8")
+    g = learning_code.group_analysis(tmp_path, [0.05, 0.05, 0.05, 0.25, 0.60, 0.30, 0.20], rollouts_per_step=8)
+    assert g["rollouts_per_step"] == 8 and g["groups_with_variance"] == 2
+    by_task = {o["task_id"]: o for o in g["per_group"]}
+    # two identical rewards: S_corr = 4, K_eff = 1; as one reward S_corr = 1, so c_q doubles
+    assert by_task["a"]["s_corr"] == pytest.approx(4.0) and by_task["a"]["k_eff"] == pytest.approx(1.0)
+    assert by_task["a"]["c_q_merged"] / by_task["a"]["c_q"] == pytest.approx(2.0, rel=1e-4)
+    # one active reward: c_q is the std of the weighted reward (S_corr = 1), merging changes nothing
+    assert by_task["b"]["s_corr"] == pytest.approx(1.0)
+    assert by_task["b"]["c_q"] == pytest.approx(by_task["b"]["weighted_std"], rel=1e-4)
+    assert by_task["b"]["c_q_merged"] == pytest.approx(by_task["b"]["c_q"], rel=1e-6)
+    assert g["groups_with_syntax_and_compile_active"] == 1 and g["merge_ratio_median_there"] == pytest.approx(2.0, rel=1e-4)

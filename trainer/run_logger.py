@@ -8,7 +8,7 @@ folder (a fresh start, e.g. ``resume=auto`` with no checkpoint yet): the old
 ``metrics.jsonl``, ``samples.jsonl`` and ``tensorboard/`` are moved aside to
 ``<name>.old-<UTC time>`` (said in a warning) rather than mixed with the new ones.
 A resumed run calls :meth:`RunLogger.truncate_after` first, which keeps the
-records up to the checkpoint's step, and then appends after them.
+records (metrics and samples) up to the checkpoint's step, and then appends after them.
 """
 
 from __future__ import annotations
@@ -90,17 +90,21 @@ class RunLogger:
 
     # ------------------------------------------------------------ starting
     def truncate_after(self, step: int) -> None:
-        """Keep the records of steps <= ``step`` (a resumed run rewrites the later ones)."""
+        """Keep the records of steps <= ``step`` in ``metrics.jsonl`` and ``samples.jsonl``
+        (a resumed run rewrites the later ones)."""
         self._started = True
-        path = self.dir / METRICS
-        if not self.enabled or not path.exists():
+        if not self.enabled:
             return
-        records, clean = _read_records(path)
-        kept = [r for r in records if not isinstance(r.get("step"), (int, float)) or r["step"] <= step]
-        if len(kept) != len(records) or not clean:
-            _write_records(path, kept)
-        if len(kept) != len(records):
-            log.warning("%s: resuming after step %d, dropped %d later records", path, step, len(records) - len(kept))
+        for name in (METRICS, SAMPLES):
+            path = self.dir / name
+            if not path.exists():
+                continue
+            records, clean = _read_records(path)
+            kept = [r for r in records if not isinstance(r.get("step"), (int, float)) or r["step"] <= step]
+            if len(kept) != len(records) or not clean:
+                _write_records(path, kept)
+            if len(kept) != len(records):
+                log.warning("%s: resuming after step %d, dropped %d later records", path, step, len(records) - len(kept))
 
     def start_fresh(self) -> list[Path]:
         """Move an earlier run's metrics, samples and TensorBoard folder aside; returns where they went."""
