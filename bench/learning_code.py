@@ -227,11 +227,17 @@ def group_analysis(
             "s_corr": float(s_corr[g]), "k_eff": len(active) ** 2 / float(s_corr[g]) if s_corr[g] > 0 else float("nan"),
             "block_share": float(corr_m[g][np.ix_(block, block)].sum() / s_corr[g]) if s_corr[g] > 0 else 0.0,
             "weighted_std": float(rewards[members].matmul(w).std()),
+            "grpo_abs_sum": float(a.sum()), "corrgrpo_abs_sum": float(c.sum()),
         })
     c_q = np.array([o["c_q"] for o in out])
     ratio = np.array([o["c_q_merged"] / o["c_q"] for o in out])
     dup = [o for o in out if {"syntax", "compile"} <= set(o["active"])]
+    def share(key: str) -> float:  # of the batch's advantage mass that the duplicate groups hold
+        total = sum(o[key] for o in out)
+        return sum(o[key] for o in dup) / total if total else float("nan")
+
     return {
+        "duplicate_groups_share_of_abs_advantage": {"grpo": share("grpo_abs_sum"), "corrgrpo": share("corrgrpo_abs_sum")},
         "steps": sorted({k[0] for k in keys}), "rollouts_per_step": full,
         "groups": len(keys), "groups_with_variance": len(out),
         "c_q_p10_median_p90": np.percentile(c_q, [10, 50, 90]).tolist() if len(out) else [],
@@ -266,6 +272,8 @@ def groups_text(name: str, g: dict[str, Any]) -> str:
         f"| groups where syntax and compile both vary | {g['groups_with_syntax_and_compile_active']} |\n"
         f"| there: share of S_corr from syntax, compile, ast_similarity (median) | {g['block_share_median_there']:.2f} |\n"
         f"| there: c_q with syntax and compile as one reward / c_q (median) | {g['merge_ratio_median_there']:.2f} |\n"
+        f"| their share of the advantage mass (sum of abs A): GRPO / CorrGRPO | "
+        f"{g['duplicate_groups_share_of_abs_advantage']['grpo']:.2f} / {g['duplicate_groups_share_of_abs_advantage']['corrgrpo']:.2f} |\n"
     )
 
 

@@ -115,3 +115,9 @@ def test_group_analysis_recomputes_the_multiplier_and_the_cost_of_a_duplicate(tm
     assert by_task["b"]["c_q"] == pytest.approx(by_task["b"]["weighted_std"], rel=1e-4)
     assert by_task["b"]["c_q_merged"] == pytest.approx(by_task["b"]["c_q"], rel=1e-6)
     assert g["groups_with_syntax_and_compile_active"] == 1 and g["merge_ratio_median_there"] == pytest.approx(2.0, rel=1e-4)
+    # GRPO: unit-std advantages, sum |A| = 4 * 0.5 / std(1,0,1,0) = 3.4641 in group a and
+    # 2 * (0.3 + 0.1) / std(0.2, 0.4, 0.6, 0.8) = 3.0984 in group b; CorrGRPO scales each group by its c_q
+    shares = g["duplicate_groups_share_of_abs_advantage"]
+    assert shares["grpo"] == pytest.approx(3.4641 / (3.4641 + 3.0984), rel=1e-4)
+    ca, cb = by_task["a"]["c_q"], by_task["b"]["c_q"]
+    assert shares["corrgrpo"] == pytest.approx(3.4641 * ca / (3.4641 * ca + 3.0984 * cb), rel=1e-4)
