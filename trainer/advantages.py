@@ -398,6 +398,7 @@ def get_estimator(name: str) -> Estimator:
 
 
 def _load_entry_point(spec: str) -> Estimator:
+    # a local copy on purpose: this module imports nothing but torch, numpy and the standard library
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)

@@ -182,6 +182,7 @@ def available_losses() -> list[str]:
 
 
 def _load_entry_point(spec: str, what: str) -> Any:
+    # a local copy on purpose: this module imports nothing but torch, numpy and the standard library
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
