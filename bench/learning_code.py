@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from learning_toolcall import name_value_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "env_configs" / "code_smollm2.yaml"
@@ -94,19 +95,22 @@ def evaluate_stage(config: Path, stage: str, source: str, data: str, args: argpa
         stage=stage, source=source, data=data, max_new_tokens=args.max_new_tokens,
         torch_threads=torch.get_num_threads(), load_average_at_start=load,
         wall_seconds=time.perf_counter() - t0,
-        answers=[{"task_id": r["task_id"], "text": r["text"], "rewards": r["reward_components"],
-                  "error": (r.get("info") or {}).get("error")} for r in records],
+        answers=answers_of(records),
     )
     return result
+
+
+def answers_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Evaluation records as this script keeps them: task, answer text, rewards and error."""
+    return [{"task_id": r["task_id"], "text": r.get("text", ""), "rewards": r["reward_components"],
+             "error": (r.get("info") or {}).get("error")} for r in records]
 
 
 def from_eval_json(path: Path, stage: str, data: str) -> dict[str, Any]:
     """A ``corrgrpo eval --out`` file as a result of this script (its records become answers)."""
     result = json.loads(path.read_text(encoding="utf-8"))
     if "answers" not in result:
-        records = result.pop("records", [])
-        result["answers"] = [{"task_id": r["task_id"], "text": r.get("text", ""), "rewards": r["reward_components"],
-                              "error": (r.get("info") or {}).get("error")} for r in records]
+        result["answers"] = answers_of(result.pop("records", []))
     result.setdefault("stage", stage)
     result.setdefault("data", data)
     result.setdefault("wall_seconds", result.get("seconds", float("nan")))
@@ -246,16 +250,15 @@ def group_analysis(
         "block_share_median_there": float(np.median([o["block_share"] for o in dup])) if dup else float("nan"),
         "merge_ratio_median_there": float(np.median([o["c_q_merged"] / o["c_q"] for o in dup])) if dup else float("nan"),
         "merge_ratio_max": float(ratio.max()) if len(out) else float("nan"),
-        "spearman_c_q_vs_weighted_std": _spearman(c_q, np.array([o["weighted_std"] for o in out])),
+        "spearman_c_q_vs_weighted_std": _spearman(c_q, [o["weighted_std"] for o in out]),
         "per_group": out,
     }
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    if len(x) < 3:
-        return float("nan")
-    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
-    return float(np.corrcoef(rx, ry)[0, 1])
+def _spearman(x: Any, y: Any) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(x, y).statistic) if len(x) >= 3 else float("nan")
 
 
 def groups_text(name: str, g: dict[str, Any]) -> str:
@@ -352,16 +355,6 @@ def run_table(name: str, c: dict[str, Any]) -> str:
     return text
 
 
-def _pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
-    out = []
-    for v in values:
-        name, sep, rest = v.partition("=")
-        if not sep or not name or not rest:
-            raise SystemExit(f"{flag} {v!r}: expected NAME=VALUE")
-        out.append((name, rest))
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="eval config (env and model sections)")
@@ -377,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redo", action="store_true", help="re-evaluate pairs that already have a result file")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    for stage, source in _pairs(args.stage, "--stage"):
+    for stage, source in name_value_pairs(args.stage, "--stage"):
         for data in args.data:
             path = args.out / f"{stage}-{data}.json"
             if path.exists() and not args.redo:
@@ -394,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         if data in ("humaneval", "leetcode_test"):
             results.append(from_eval_json(f, stage, data))
     runs, groups = {}, {}
-    for name, folder in _pairs(args.run, "--run"):
+    for name, folder in name_value_pairs(args.run, "--run"):
         runs[name] = run_curves(Path(folder))
         if (Path(folder) / "samples.jsonl").exists():
             from trainer.config import load_config

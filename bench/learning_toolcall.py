@@ -225,7 +225,8 @@ def write_report(out: Path, results: list[dict[str, Any]]) -> None:
     (out / "report.md").write_text(text, encoding="utf-8")
 
 
-def _pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
+def name_value_pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
+    """``NAME=VALUE`` command-line values as pairs; exits naming ``flag`` on a malformed one."""
     out = []
     for v in values:
         name, sep, rest = v.partition("=")
@@ -248,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redo", action="store_true", help="re-evaluate pairs that already have a result file")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    stages = _pairs(args.stage, "--stage")
-    data = [(name, int(n) or None) for name, n in _pairs(args.data, "--data")]
+    stages = name_value_pairs(args.stage, "--stage")
+    data = [(name, int(n) or None) for name, n in name_value_pairs(args.data, "--data")]
     results = []
     for stage, source in stages:
         for name, n in data:
