@@ -79,3 +79,70 @@ def test_efficiency_values():
     assert R.efficiency(True, 0.5, 1.0) == 0.5
     assert R.efficiency(True, 2.0, 1.0) == 0.0
     assert R.efficiency(False, 0.1, 1.0) == 0.0
+
+
+def test_parse_python_retries_the_interpreters_spurious_depth_mismatch(monkeypatch):
+    import ast
+
+    real_parse, calls = ast.parse, []
+
+    def flaky(source):
+        calls.append(source)
+        if len(calls) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=18, after=10)")
+        return real_parse(source)
+
+    monkeypatch.setattr(R.ast, "parse", flaky)
+    assert isinstance(R.parse_python("x = 1"), ast.Module) and len(calls) == 2
+    assert R.syntax_ok("def f():\n    return 1\n")
+
+    def broken(source):
+        raise SystemError("some other interpreter error")
+
+    monkeypatch.setattr(R.ast, "parse", broken)
+    try:
+        R.parse_python("x = 1")
+    except SystemError as error:
+        assert "other" in str(error)
+    else:
+        raise AssertionError("a SystemError that is not the depth mismatch must propagate")
+
+
+def test_parse_python_from_many_threads_under_gc_pressure():
+    """The env scores answers on a thread pool. Bare ``ast.parse`` on CPython 3.11 raises a
+    spurious depth-mismatch SystemError here a few times in a hundred (gh-106905)."""
+    import gc
+    import sys
+    import threading
+    from pathlib import Path
+
+    source = Path(R.__file__).read_text()
+    errors: list[str] = []
+
+    class Finalized:
+        def __del__(self):
+            [i for i in range(10)]  # Python code run by the collector: lets another thread in
+
+    def work() -> None:
+        for _ in range(60):
+            for _ in range(30):
+                a, b = Finalized(), Finalized()
+                a.other, b.other = b, a
+            try:
+                assert R.ast_type_sequence(source)
+            except SystemError as error:
+                errors.append(str(error))
+
+    old_threshold, old_interval = gc.get_threshold(), sys.getswitchinterval()
+    gc.set_threshold(50, 2, 2)
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        gc.set_threshold(*old_threshold)
+        sys.setswitchinterval(old_interval)
+    assert errors == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import difflib
 import re
+import threading
 from dataclasses import dataclass
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "choose_block",
     "entry_pattern",
     "judged_program",
+    "parse_python",
     "parse_code",
     "syntax_ok",
     "compiles",
@@ -116,6 +118,32 @@ def judged_program(prompt: str, code: str, test: str, entry_point: str) -> str:
     return f"{prompt}\n{code}\n{test}\ncheck({entry_point})\n"
 
 
+# CPython 3.11 keeps the depth counter of its AST-object builder in state shared by
+# every thread, so two concurrent ``ast.parse`` calls (the env scores answers on a
+# thread pool) can trip its consistency check with a spurious ``SystemError`` (CPython
+# gh-106905, fixed in later releases). Parsing under one lock keeps threads apart; a
+# re-entrant call in the same thread (a finalizer run by the garbage collector mid-
+# parse) can still trip it, and one retry covers that.
+_PARSE_LOCK = threading.RLock()
+_DEPTH_MISMATCH = "recursion depth mismatch"
+
+
+def parse_python(source: str) -> ast.Module:
+    """``ast.parse(source)``, safe to call from several threads at once.
+
+    Raises what ``ast.parse`` raises (``SyntaxError``, ``ValueError``, ``MemoryError``,
+    ``RecursionError``), never the interpreter's spurious depth-mismatch ``SystemError``
+    more than once in a row.
+    """
+    with _PARSE_LOCK:
+        try:
+            return ast.parse(source)
+        except SystemError as error:
+            if _DEPTH_MISMATCH not in str(error):
+                raise
+            return ast.parse(source)
+
+
 def parse_code(code: str) -> ast.Module | None:
     """The block's syntax tree; ``None`` when it is blank, does not parse, or is longer
     than :data:`MAX_CODE_CHARS` (judged as not parseable: parsing and comparing
@@ -123,7 +151,7 @@ def parse_code(code: str) -> ast.Module | None:
     if len(code) > MAX_CODE_CHARS or not code.strip():
         return None
     try:
-        return ast.parse(code)
+        return parse_python(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
 
@@ -148,7 +176,7 @@ def ast_type_sequence(code: str | ast.AST) -> list[str] | None:
         tree: ast.AST = code
     else:
         try:
-            tree = ast.parse(code)
+            tree = parse_python(code)
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             return None
     out: list[str] = []

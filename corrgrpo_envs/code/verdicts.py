@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corrgrpo_envs.code.references import measured_seconds
+from corrgrpo_envs.code.rewards import parse_python
 from corrgrpo_envs.sandbox import Limits, RunResult, Sandbox
 from corrgrpo_envs.sandbox.calls import (
     PLAIN_SOURCE,
@@ -133,7 +134,7 @@ class CallPlan:
 def prompt_classes(prompt: str) -> tuple[str, ...]:
     """Names of the classes the prompt defines at top level (LeetCode's ``ListNode``...)."""
     try:
-        tree = ast.parse(prompt)
+        tree = parse_python(prompt)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return ()
     return tuple(node.name for node in tree.body if isinstance(node, ast.ClassDef))
