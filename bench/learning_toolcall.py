@@ -15,7 +15,9 @@ for every stage. One result file per (stage, data set) is written under ``--out`
 and reused on a later call (so an interrupted run continues), then ``report.json``
 and ``report.md``: per stage and data set, all-exact accuracy with its 95 % Wilson
 interval, the four reward components in percent, the number of tasks, the share of
-answers with unreadable calls, and the wall time.
+answers with unreadable calls, and the wall time; then the stage pairs of ``--compare``
+(default :data:`COMPARISONS`) task by task on each data set both stages have: call tasks
+gained and lost, with McNemar's exact p.
 
     OMP_NUM_THREADS=2 python bench/learning_toolcall.py \\
         --stage base=base --stage sft=runs/sft_toolcall_smollm2/checkpoint-60 \\
@@ -39,6 +41,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "env_configs" / "toolcall_smollm2.yaml"
 BFCL_CATEGORIES = ("simple_python", "multiple")
 COMPONENTS = ("function_name", "parameter", "values", "format")
+#: stage pairs compared task by task when both are in the folder (after, before): docs/learning.md's stages
+COMPARISONS = (
+    ("sft60", "base"),
+    ("rl_grpo10", "sft60"), ("rl_corrgrpo10", "sft60"), ("rl_corrgrpo10", "rl_grpo10"),
+    ("rl_grpo30", "sft60"), ("rl_corrgrpo30", "sft60"), ("rl_corrgrpo30", "rl_grpo30"),
+    ("rl_grpo30", "rl_grpo10"), ("rl_corrgrpo30", "rl_corrgrpo10"),
+)
 
 
 # ---------------------------------------------------------------------------- data sets
@@ -97,24 +106,48 @@ def diagnostics(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def data_config(config: Path, data: str, out: Path, overrides: list[str] = ()) -> tuple[Any, str]:
+    """The eval config pointed at data set ``data``, and the split to evaluate."""
+    from trainer.config import load_config
+
+    selects, split = dataset_overrides(data, out)
+    cfg = load_config(config, selects + list(overrides))
+    if data != "generated":
+        # the generator's options (prompt style, distractor tools) mean nothing to the file loaders
+        cfg.env.pop("dataset_options", None)
+    return cfg, split
+
+
+def data_env(cfg: Any, split: str) -> Any:
+    """The (unwrapped) env of ``cfg`` on ``split``."""
+    import corrgrpo_envs
+
+    return corrgrpo_envs.make(cfg.env["id"], **{**{k: v for k, v in cfg.env.items() if k != "id"}, "split": split}).unwrapped
+
+
+def mark_call_tasks(config: Path, results: list[dict[str, Any]], out: Path) -> None:
+    """Give each saved answer without it ``expects_calls`` (files written before answers carried it)."""
+    for data in sorted({r["data"] for r in results if any("expects_calls" not in a for a in r.get("answers", []))}):
+        env = data_env(*data_config(config, data, out))
+        calls = {t.id for t in env.tasks if t.data.get("expected_calls")}
+        env.close()
+        for r in results:
+            if r["data"] == data:
+                for a in r.get("answers", []):
+                    a.setdefault("expects_calls", a["task_id"] in calls)
+
+
 def evaluate_stage(
     config: Path, stage: str, source: str, data: str, n: int | None, args: argparse.Namespace
 ) -> dict[str, Any]:
     """Evaluate one stage on one data set (greedy); the result without per-episode texts."""
     import torch
 
-    import corrgrpo_envs
-    from trainer.config import load_config
     from trainer.evaluate import evaluate
 
-    overrides, split = dataset_overrides(data, args.out)
-    overrides += [f"rollout.max_new_tokens={args.max_new_tokens}", f"train.seed={args.seed}"]
-    cfg = load_config(config, overrides)
-    if data != "generated":
-        # the generator's options (prompt style, distractor tools) mean nothing to the file loaders
-        cfg.env.pop("dataset_options", None)
-    env_kwargs = {k: v for k, v in cfg.env.items() if k != "id"}
-    probe = corrgrpo_envs.make(cfg.env["id"], **{**env_kwargs, "split": split}).unwrapped
+    cfg, split = data_config(config, data, args.out,
+                             [f"rollout.max_new_tokens={args.max_new_tokens}", f"train.seed={args.seed}"])
+    probe = data_env(cfg, split)
     ids = sample_ids(list(probe.task_ids), n, args.seed)
     probe.close()
     torch.set_num_threads(args.threads)
@@ -129,7 +162,11 @@ def evaluate_stage(
         stage=stage, source=source, data=data, sample_seed=args.seed, max_new_tokens=args.max_new_tokens,
         torch_threads=torch.get_num_threads(), load_average_at_start=load,
         wall_seconds=time.perf_counter() - t0, diagnostics=diagnostics(records),
-        answers=[{"task_id": r["task_id"], "text": r["text"], "rewards": r["reward_components"]} for r in records],
+        answers=[
+            {"task_id": r["task_id"], "text": r["text"], "rewards": r["reward_components"],
+             "expects_calls": bool(r.get("info", {}).get("expects_calls", True)), "exact": answer_exact(r)}
+            for r in records
+        ],
     )
     return result
 
@@ -173,6 +210,56 @@ def unseen_accuracy(result: dict[str, Any], seen: set[str], with_calls: set[str]
             "seen_call_tasks": len([a for a in result.get("answers", []) if a["task_id"] in with_calls & seen])}
 
 
+# ------------------------------------------------------------------------- paired tests
+def answer_exact(answer: dict[str, Any]) -> bool:
+    """Whether an answer (a record, or a saved answer) gets every expected call exactly right.
+
+    The env's own verdict (``info["exact"]``, or ``exact`` in a saved answer) where there is
+    one; files written before answers carried it fall back to the three correctness rewards at
+    their maxima.
+    """
+    from corrgrpo_envs.toolcall.rewards import REWARD_HIGH, REWARD_NAMES
+
+    verdict = answer.get("exact", answer.get("info", {}).get("exact"))
+    if verdict is not None:
+        return bool(verdict)
+    rewards = answer.get("rewards") or answer.get("reward_components") or {}
+    return all(abs(float(rewards.get(n, 0.0)) - REWARD_HIGH[i]) < 1e-6 for i, n in enumerate(REWARD_NAMES[:3]))
+
+
+def paired_exact(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """Call tasks that became exact (gained) and stopped being exact (lost) from ``before`` to
+    ``after`` on the same data set, with McNemar's exact p. A task that expects no call is never
+    exact, so it can neither be gained nor lost; ``n`` counts the call tasks both stages answered
+    (every answered task for files that do not say which tasks expect calls)."""
+    from corrgrpo_envs.metrics import mcnemar_exact
+
+    old = {a["task_id"]: a for a in before["answers"]}
+    new = {a["task_id"]: a for a in after["answers"]}
+    common = [t for t in sorted(old.keys() & new.keys())
+              if old[t].get("expects_calls", True) and new[t].get("expects_calls", True)]
+    gained = sum(answer_exact(new[t]) and not answer_exact(old[t]) for t in common)
+    lost = sum(answer_exact(old[t]) and not answer_exact(new[t]) for t in common)
+    return {"after": after["stage"], "before": before["stage"], "data": after["data"], "n": len(common),
+            "gained": gained, "lost": lost, "net_points": 100.0 * (gained - lost) / max(len(common), 1),
+            "p": mcnemar_exact(gained, lost)}
+
+
+def comparisons(results: list[dict[str, Any]], pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """:func:`paired_exact` for every ``(after, before)`` pair and data set that both stages have."""
+    by_key = {(r["stage"], r["data"]): r for r in results if r.get("answers")}
+    datasets = sorted({r["data"] for r in results})
+    return [paired_exact(by_key[(a, d)], by_key[(b, d)])
+            for a, b in pairs for d in datasets if (a, d) in by_key and (b, d) in by_key]
+
+
+def comparison_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| comparison | data set | call tasks | gained | lost | net (points) | p |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['after']} vs {r['before']} | {r['data']} | {r['n']} | {r['gained']} | {r['lost']} "
+              f"| {r['net_points']:+.1f} | {r['p']:.2g} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------ report
 def _rows(result: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
     """``(label, metrics)`` of a result: the whole data set, then each part when it has several."""
@@ -208,10 +295,12 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(out: Path, results: list[dict[str, Any]]) -> None:
-    """``report.json`` (results without answers) and ``report.md`` in ``out``."""
+def write_report(out: Path, results: list[dict[str, Any]], pairs: list[tuple[str, str]] = ()) -> None:
+    """``report.json`` (results without answers, and the paired tests) and ``report.md`` in ``out``."""
     slim = [{k: v for k, v in r.items() if k != "answers"} for r in results]
-    (out / "report.json").write_text(json.dumps(slim, indent=2, default=str), encoding="utf-8")
+    paired = comparisons(results, list(pairs))
+    (out / "report.json").write_text(json.dumps({"results": slim, "paired": paired}, indent=2, default=str),
+                                     encoding="utf-8")
     text = markdown_table(results)
     unseen = [r for r in results if r.get("unseen")]
     if unseen:
@@ -222,6 +311,9 @@ def write_report(out: Path, results: list[dict[str, Any]]) -> None:
             u = r["unseen"]
             text += (f"| {r['stage']} | {u['n']} | {u['all_exact_accuracy']:.1f} [{u['ci95_low']:.1f}, "
                      f"{u['ci95_high']:.1f}] | {u['seen_call_tasks']} |\n")
+    if paired:
+        text += ("\nPaired on the same call tasks (all-exact; McNemar's exact test on the tasks that "
+                 "changed):\n\n" + comparison_table(paired))
     (out / "report.md").write_text(text, encoding="utf-8")
 
 
@@ -236,6 +328,14 @@ def name_value_pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
     return out
 
 
+def stage_pair(value: str) -> tuple[str, str]:
+    """``AFTER:BEFORE`` of ``--compare``; exits naming the malformed value."""
+    after, sep, before = value.partition(":")
+    if not sep or not after or not before:
+        raise SystemExit(f"--compare {value!r}: expected AFTER:BEFORE (two stage names)")
+    return after, before
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="eval config (env and model sections)")
@@ -247,10 +347,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--seed", type=int, default=0, help="seed of the task samples")
     parser.add_argument("--redo", action="store_true", help="re-evaluate pairs that already have a result file")
+    parser.add_argument("--compare", action="append", default=None, metavar="AFTER:BEFORE",
+                        help="stages compared task by task on each data set both have "
+                             f"(default: {' '.join(a + ':' + b for a, b in COMPARISONS)})")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     stages = name_value_pairs(args.stage, "--stage")
     data = [(name, int(n) or None) for name, n in name_value_pairs(args.data, "--data")]
+    pairs = COMPARISONS if args.compare is None else [stage_pair(v) for v in args.compare]
     results = []
     for stage, source in stages:
         for name, n in data:
@@ -270,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in everything:
             if r["data"] == "generated":
                 r["unseen"] = unseen_accuracy(r, seen, with_calls)
-    write_report(args.out, everything)
+    mark_call_tasks(args.config, everything, args.out)
+    write_report(args.out, everything, pairs)
     print((args.out / "report.md").read_text(encoding="utf-8"))
     return 0
 

@@ -100,3 +100,60 @@ def test_evaluate_plays_exactly_the_given_task_ids_and_rejects_unknown_ones():
     assert result["metrics"].get("all_exact_accuracy", 100.0) == 100.0
     with pytest.raises(ValueError, match="task_ids: not in the eval split"):
         evaluate(cfg, split="eval", policy_kind="reference", progress=False, task_ids=["generated/99999"])
+
+
+def _answer(task_id: str, exact: bool | None, calls: bool = True, at_max: bool = False) -> dict:
+    rewards = {"function_name": 0.5, "parameter": 1.0, "values": 1.5} if at_max else {
+        "function_name": 0.0, "parameter": 0.0, "values": 0.0}
+    a = {"task_id": task_id, "rewards": {**rewards, "format": 1.0}, "expects_calls": calls}
+    if exact is not None:
+        a["exact"] = exact
+    return a
+
+
+def test_answer_exact_prefers_the_envs_verdict_and_falls_back_to_the_maxima():
+    assert learning_toolcall.answer_exact(_answer("a", True)) is True
+    # the env's verdict wins over the rewards (an answer can reach the maxima without matching exactly)
+    assert learning_toolcall.answer_exact(_answer("a", False, at_max=True)) is False
+    assert learning_toolcall.answer_exact(_answer("a", None, at_max=True)) is True
+    assert learning_toolcall.answer_exact(_answer("a", None)) is False
+    record = {"task_id": "a", "reward_components": {"function_name": 0.5}, "info": {"exact": True}}
+    assert learning_toolcall.answer_exact(record) is True
+
+
+def test_paired_exact_counts_changed_call_tasks_and_mcnemars_p():
+    before = {"stage": "sft", "data": "generated", "answers": [
+        _answer("t1", False), _answer("t2", True), _answer("t3", False), _answer("t4", False),
+        _answer("t5", False, calls=False), _answer("only_before", True)]}
+    after = {"stage": "rl", "data": "generated", "answers": [
+        _answer("t1", True), _answer("t2", False), _answer("t3", True), _answer("t4", True),
+        _answer("t5", False, calls=False)]}
+    row = learning_toolcall.paired_exact(after, before)
+    # t1, t3, t4 gained, t2 lost; t5 expects no call, only_before has no partner
+    assert (row["n"], row["gained"], row["lost"]) == (4, 3, 1)
+    assert row["net_points"] == pytest.approx(50.0)
+    assert row["p"] == pytest.approx(0.625)  # two-sided exact binomial: 2 * P(X <= 1 | 4, 1/2)
+    rows = learning_toolcall.comparisons([before, after, {**after, "data": "bfcl"}], [("rl", "sft"), ("rl", "gone")])
+    assert [(r["after"], r["before"], r["data"]) for r in rows] == [("rl", "sft", "generated")]
+    table = learning_toolcall.comparison_table(rows).splitlines()
+    assert table[2] == "| rl vs sft | generated | 4 | 3 | 1 | +50.0 | 0.62 |"
+
+
+def test_stage_pair_names_a_malformed_compare_value():
+    assert learning_toolcall.stage_pair("rl:sft") == ("rl", "sft")
+    with pytest.raises(SystemExit, match="--compare 'rl'"):
+        learning_toolcall.stage_pair("rl")
+
+
+def test_mark_call_tasks_fills_in_which_saved_answers_expect_calls(tmp_path):
+    cfg, split = learning_toolcall.data_config(learning_toolcall.DEFAULT_CONFIG, "generated", tmp_path)
+    env = learning_toolcall.data_env(cfg, split)
+    tasks = list(env.tasks)[:40]
+    env.close()
+    result = {"stage": "s", "data": "generated", "answers": [{"task_id": t.id} for t in tasks]}
+    kept = {"task_id": tasks[0].id, "expects_calls": "as saved"}
+    result["answers"].append(kept)
+    learning_toolcall.mark_call_tasks(learning_toolcall.DEFAULT_CONFIG, [result], tmp_path)
+    assert [a["expects_calls"] for a in result["answers"][:-1]] == [bool(t.data.get("expected_calls")) for t in tasks]
+    assert {True, False} <= {a["expects_calls"] for a in result["answers"][:-1]}
+    assert kept["expects_calls"] == "as saved"
