@@ -23,7 +23,7 @@ from typing import Any
 from agents.chat import ChatRenderer
 from agents.episode import Episode
 from agents.hf_policy import HFPolicy
-from agents.models import build_anchor_model, build_tiny_model, load_model
+from agents.models import build_anchor_model, build_tiny_model, load_model, load_tokenizer
 from agents.openai_policy import CompletionsTokenPolicy, OpenAIPolicy, OpenAIRequestError
 from agents.policy import Action, Policy, SamplingParams
 from agents.scripted import RandomPolicy, ReferencePolicy
@@ -58,6 +58,7 @@ __all__ = [
     "build_anchor_model",
     "build_tiny_model",
     "load_model",
+    "load_tokenizer",
     "parse_hermes",
     "parse_rlla",
     "render_hermes",

@@ -29,6 +29,7 @@ import torch
 
 __all__ = [
     "load_model",
+    "load_tokenizer",
     "build_tiny_model",
     "build_anchor_model",
     "cache_dir",
@@ -263,10 +264,16 @@ def _convert_smollm2(out: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------- entry
-def _finish(model: Any, tokenizer: Any, dtype: torch.dtype | None, device: str | torch.device | None) -> tuple[Any, Any]:
+def _ready_tokenizer(tokenizer: Any) -> Any:
+    """Pads on the left (generation appends on the right), with EOS as padding where none is set."""
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def _finish(model: Any, tokenizer: Any, dtype: torch.dtype | None, device: str | torch.device | None) -> tuple[Any, Any]:
+    _ready_tokenizer(tokenizer)
     if dtype is not None:
         model = model.to(dtype)
     if device is not None:
@@ -299,6 +306,26 @@ def load_model(
     if name == "tiny-anchor":
         model, tokenizer = build_anchor_model(tokenizer_file or default_anchor_tokenizer())
         return _finish(model, tokenizer, dtype, device)
+    path = _model_folder(name, seed)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype or "auto")
+    return _finish(model, tokenizer, None, device)
+
+
+def load_tokenizer(
+    name_or_path: str | os.PathLike[str], seed: int = 0, tokenizer_file: str | os.PathLike[str] | None = None
+) -> Any:
+    """The tokenizer :func:`load_model` would return for the same arguments, without loading weights."""
+    from transformers import AutoTokenizer
+
+    name = str(name_or_path)
+    if name == "tiny-anchor":
+        return load_model(name, seed=seed, tokenizer_file=tokenizer_file)[1]
+    return _ready_tokenizer(AutoTokenizer.from_pretrained(str(_model_folder(name, seed))))
+
+
+def _model_folder(name: str, seed: int) -> Path | str:
+    """Where the model called ``name`` is stored (built and cached first for the built-in ones)."""
     if name == "tiny":
 
         def build(out: Path) -> None:
@@ -315,6 +342,4 @@ def load_model(
         if not path.exists() and (name.startswith((".", "/", "~")) or name.count("/") > 1):
             raise FileNotFoundError(f"no model directory at {path}")
         path = path if path.exists() else name  # type: ignore[assignment]
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype or "auto")
-    return _finish(model, tokenizer, None, device)
+    return path

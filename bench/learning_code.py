@@ -57,11 +57,11 @@ def dataset_path(name: str, args: argparse.Namespace) -> str:
 def longest_prompt_first(cfg: Any, source: str) -> list[str]:
     """The task ids of ``cfg``'s env (split ``all``), longest chat prompt first (ties by id)."""
     import corrgrpo_envs
-    from agents.models import load_model
+    from agents.models import load_tokenizer
 
     env = corrgrpo_envs.make(cfg.env["id"], **{**{k: v for k, v in cfg.env.items() if k != "id"}, "split": "all"})
     try:
-        _, tokenizer = load_model(cfg.model.name_or_path if source == "base" else source)
+        tokenizer = load_tokenizer(cfg.model.name_or_path if source == "base" else source)
         lengths = {}
         for task_id in env.unwrapped.task_ids:
             obs, _ = env.reset(options={"task_id": task_id})

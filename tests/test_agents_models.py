@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents import HFPolicy, SamplingParams, build_anchor_model, build_tiny_model, load_model
+from agents import (
+    HFPolicy,
+    SamplingParams,
+    build_anchor_model,
+    build_tiny_model,
+    load_model,
+    load_tokenizer,
+)
 from agents import models as models_module
 
 SHARED = Path(os.environ.get("CORRGRPO_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
@@ -57,6 +64,13 @@ def test_local_directory_round_trip(tmp_path, monkeypatch):
     again, tok2 = load_model(tmp_path / "copy")
     assert weights_digest(again) == weights_digest(model)
     assert tok2.chat_template == tokenizer.chat_template
+    # the tokenizer alone, by name and from the folder, is the one load_model returns
+    for source in ("tiny", tmp_path / "copy"):
+        alone = load_tokenizer(source)
+        assert alone.get_vocab() == tokenizer.get_vocab() and alone.chat_template == tokenizer.chat_template
+        assert (alone.padding_side, alone.pad_token) == ("left", tokenizer.pad_token)
+    with pytest.raises(FileNotFoundError):
+        load_tokenizer(str(tmp_path / "missing-model"))
 
 
 @pytest.mark.skipif(not ANCHOR_TOKENIZER.exists(), reason=f"shared anchor files not found at {ANCHOR_TOKENIZER}")
