@@ -328,6 +328,16 @@ def name_value_pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
     return out
 
 
+def stage_order(pairs: list[tuple[str, str]]) -> dict[str, int]:
+    """Report position of each stage: first mention in ``pairs``, each read before -> after (a
+    stage in no pair goes last)."""
+    order: dict[str, int] = {}
+    for after, before in pairs:
+        for stage in (before, after):
+            order.setdefault(stage, len(order))
+    return order
+
+
 def stage_pair(value: str) -> tuple[str, str]:
     """``AFTER:BEFORE`` of ``--compare``; exits naming the malformed value."""
     after, sep, before = value.partition(":")
@@ -367,8 +377,10 @@ def main(argv: list[str] | None = None) -> int:
             results.append(result)
             write_report(args.out, results)
             print(f"{stage} {name}: {result['metrics'].get('all_exact_accuracy')} ({result['wall_seconds']:.0f} s)", flush=True)
-    # the report covers every result in the folder (earlier calls' stages too), in file order
+    # the report covers every result in the folder (earlier calls' stages too)
     everything = [json.loads(f.read_text(encoding="utf-8")) for f in sorted(args.out.glob("*-*.json"))]
+    order = stage_order(pairs)
+    everything.sort(key=lambda r: (order.get(r["stage"], len(order)), r["stage"], r["data"]))
     if any(r["data"] == "generated" for r in everything):
         seen, with_calls = generated_train_duplicates(args.config)
         for r in everything:

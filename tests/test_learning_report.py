@@ -157,3 +157,9 @@ def test_mark_call_tasks_fills_in_which_saved_answers_expect_calls(tmp_path):
     assert [a["expects_calls"] for a in result["answers"][:-1]] == [bool(t.data.get("expected_calls")) for t in tasks]
     assert {True, False} <= {a["expects_calls"] for a in result["answers"][:-1]}
     assert kept["expects_calls"] == "as saved"
+
+
+def test_stage_order_reads_each_pair_before_then_after():
+    order = learning_toolcall.stage_order([("sft", "base"), ("rl", "sft"), ("rl2", "rl")])
+    assert order == {"base": 0, "sft": 1, "rl": 2, "rl2": 3}
+    assert [s for s in sorted(order, key=order.get)] == ["base", "sft", "rl", "rl2"]
