@@ -32,7 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# appended, not prepended: bench/agentdojo.py must not shadow the agentdojo package
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.append(str(Path(__file__).resolve().parent))
 import study  # noqa: E402  (bench/study.py: the runner and the statistics)
 
 ROOT = study.ROOT

@@ -9,12 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from corrgrpo_envs.toolcall.generator import generate_task
+
 ROOT = Path(__file__).resolve().parents[1]
+# only for this import: left on sys.path, bench/agentdojo.py would shadow the agentdojo package
 sys.path.insert(0, str(ROOT / "bench"))
-
-import study_toolcall  # noqa: E402
-
-from corrgrpo_envs.toolcall.generator import generate_task  # noqa: E402
+try:
+    import study_toolcall
+finally:
+    sys.path[:] = [p for p in sys.path if p != str(ROOT / "bench")]
 
 
 def test_generator_options_keep_the_default_tasks_and_shorten_the_prompt():
