@@ -158,13 +158,30 @@ def test_nonfinite_estimator_output_is_an_error(tmp_path, monkeypatch):
     sys.modules.pop("bad_estimators", None)
 
 
-def test_estimator_module_imports_only_torch_and_numpy():
-    tree = ast.parse((ROOT / "trainer" / "advantages.py").read_text())
-    imported = set()
+def _external_imports(module: str, seen: set[str] | None = None) -> set[str]:
+    """Top-level packages ``module`` imports, following the project's own modules (whose
+    imports count as the importer's: importing one imports everything it imports)."""
+    seen = set() if seen is None else seen
+    seen.add(module)
+    tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
+    names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            imported |= {a.name.split(".")[0] for a in node.names}
+            names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            imported.add(node.module.split(".")[0])
+            names.add(node.module)
+    out = set()
+    for name in names:
+        if name.split(".")[0] == "trainer":
+            assert (ROOT / (name.replace(".", "/") + ".py")).exists(), name
+            if name not in seen:
+                out |= _external_imports(name, seen)
+        else:
+            out.add(name.split(".")[0])
+    return out
+
+
+def test_estimator_module_imports_only_torch_and_numpy():
+    imported = _external_imports("trainer.advantages")
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     assert imported - stdlib == {"numpy", "torch"}, imported

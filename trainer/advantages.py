@@ -42,7 +42,6 @@ Implementation notes:
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 from collections.abc import Callable
@@ -52,6 +51,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from trainer.entry_points import load_entry_point
 
 __all__ = [
     "ACTIVITY_RTOL",
@@ -387,7 +388,7 @@ def get_estimator(name: str) -> Estimator:
     cannot be loaded.
     """
     if ":" in name:
-        return _load_entry_point(name)
+        return load_entry_point(name, "estimator")
     try:
         return _ESTIMATORS[name]
     except KeyError:
@@ -395,23 +396,6 @@ def get_estimator(name: str) -> Estimator:
             f"unknown estimator {name!r}; available: {', '.join(available_estimators())} "
             "(or an entry point package.module:function)"
         ) from None
-
-
-def _load_entry_point(spec: str) -> Estimator:
-    # a local copy on purpose: this module imports nothing but torch, numpy and the standard library
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"estimator entry point {spec!r}: cannot import {module_name!r} ({exc})") from None
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"estimator entry point {spec!r}: {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"estimator entry point {spec!r} is not callable")
-    return obj
 
 
 def check_estimator(name: str, options: dict[str, Any] | None = None) -> None:

@@ -38,7 +38,6 @@ A loss is looked up by registered name or as an entry point ``package.module:fun
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from typing import Any
 
 import torch
 
+from trainer.entry_points import load_entry_point
 from trainer.loss_metrics import Max, Mean
 
 __all__ = [
@@ -181,27 +181,10 @@ def available_losses() -> list[str]:
     return sorted(_LOSSES)
 
 
-def _load_entry_point(spec: str, what: str) -> Any:
-    # a local copy on purpose: this module imports nothing but torch, numpy and the standard library
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"{what} entry point {spec!r}: cannot import {module_name!r} ({exc})") from None
-    obj = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"{what} entry point {spec!r}: {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"{what} entry point {spec!r} is not callable")
-    return obj
-
-
 def get_loss(name: str) -> LossFn:
     """The loss registered under ``name``, or the function of an entry point ``pkg.mod:fn``."""
     if ":" in name:
-        return _load_entry_point(name, "loss")
+        return load_entry_point(name, "loss")
     if name not in _LOSSES:
         raise ValueError(
             f"unknown loss {name!r}; available: {', '.join(available_losses())} "

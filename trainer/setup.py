@@ -24,6 +24,7 @@ from agents.models import load_model
 from agents.policy import SamplingParams
 from corrgrpo_envs.vector import GroupedVectorEnv
 from trainer.config import Config
+from trainer.entry_points import load_entry_point
 from trainer.lora import apply_lora
 from trainer.losses import LossConfig, get_loss, resolve_loss_config
 
@@ -50,12 +51,8 @@ def _env_factory(env_id: str) -> Callable[..., Any] | None:
                 return getattr(importlib.import_module(module), attr)
             return entry
         if ":" in env_id:
-            module, _, attr = env_id.partition(":")
-            obj: Any = importlib.import_module(module)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-            return obj
-    except (ImportError, AttributeError):
+            return load_entry_point(env_id, "env")
+    except (ImportError, AttributeError, ValueError):
         return None  # make() reports it with its own message
     return None
 
