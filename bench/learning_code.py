@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from learning_toolcall import name_value_pairs
+from learning_toolcall import name_value_pairs, paired_change
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "env_configs" / "code_smollm2.yaml"
@@ -141,14 +141,10 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
 
 def paired(after: dict[str, Any], before: dict[str, Any], name: str) -> dict[str, Any]:
     """Tasks where reward ``name`` went 0 -> 1 and 1 -> 0 between two stages, with McNemar's p."""
-    from corrgrpo_envs.metrics import mcnemar_exact
+    def solved(result: dict[str, Any]) -> dict[str, bool]:
+        return {a["task_id"]: float(a["rewards"].get(name, 0.0)) >= 1.0 for a in result["answers"]}
 
-    old = {a["task_id"]: float(a["rewards"].get(name, 0.0)) >= 1.0 for a in before["answers"]}
-    new = {a["task_id"]: float(a["rewards"].get(name, 0.0)) >= 1.0 for a in after["answers"]}
-    common = sorted(old.keys() & new.keys())
-    gained = sum(new[t] and not old[t] for t in common)
-    lost = sum(old[t] and not new[t] for t in common)
-    return {"n": len(common), "gained": gained, "lost": lost, "p": mcnemar_exact(gained, lost)}
+    return paired_change(solved(before), solved(after))
 
 
 def run_curves(folder: Path) -> dict[str, Any]:

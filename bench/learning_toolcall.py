@@ -199,11 +199,9 @@ def generated_train_duplicates(config: Path) -> tuple[set[str], set[str]]:
 def unseen_accuracy(result: dict[str, Any], seen: set[str], with_calls: set[str]) -> dict[str, float]:
     """All-exact accuracy (with its Wilson interval) over the answered call tasks not seen in train."""
     from corrgrpo_envs.toolcall.metrics import wilson_interval
-    from corrgrpo_envs.toolcall.rewards import REWARD_HIGH, REWARD_NAMES
 
-    high = dict(zip(REWARD_NAMES[:3], REWARD_HIGH[:3]))  # the three correctness rewards at their maxima
     pool = [a for a in result.get("answers", []) if a["task_id"] in with_calls and a["task_id"] not in seen]
-    hits = sum(all(abs(float(a["rewards"][k]) - v) < 1e-6 for k, v in high.items()) for a in pool)
+    hits = sum(answer_exact(a) for a in pool)
     low, up = wilson_interval(hits, len(pool)) if pool else (float("nan"), float("nan"))
     return {"n": len(pool), "all_exact_accuracy": 100.0 * hits / max(len(pool), 1),
             "ci95_low": 100.0 * low, "ci95_high": 100.0 * up,
@@ -232,17 +230,23 @@ def paired_exact(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any
     ``after`` on the same data set, with McNemar's exact p. A task that expects no call is never
     exact, so it can neither be gained nor lost; ``n`` counts the call tasks both stages answered
     (every answered task for files that do not say which tasks expect calls)."""
+    def exact(result: dict[str, Any]) -> dict[str, bool]:
+        return {a["task_id"]: answer_exact(a) for a in result["answers"] if a.get("expects_calls", True)}
+
+    change = paired_change(exact(before), exact(after))
+    return {"after": after["stage"], "before": before["stage"], "data": after["data"], **change,
+            "net_points": 100.0 * (change["gained"] - change["lost"]) / max(change["n"], 1)}
+
+
+def paired_change(before: dict[str, bool], after: dict[str, bool]) -> dict[str, Any]:
+    """Over the task ids both stages have: how many went False -> True (gained) and True -> False
+    (lost), with McNemar's exact p."""
     from corrgrpo_envs.metrics import mcnemar_exact
 
-    old = {a["task_id"]: a for a in before["answers"]}
-    new = {a["task_id"]: a for a in after["answers"]}
-    common = [t for t in sorted(old.keys() & new.keys())
-              if old[t].get("expects_calls", True) and new[t].get("expects_calls", True)]
-    gained = sum(answer_exact(new[t]) and not answer_exact(old[t]) for t in common)
-    lost = sum(answer_exact(old[t]) and not answer_exact(new[t]) for t in common)
-    return {"after": after["stage"], "before": before["stage"], "data": after["data"], "n": len(common),
-            "gained": gained, "lost": lost, "net_points": 100.0 * (gained - lost) / max(len(common), 1),
-            "p": mcnemar_exact(gained, lost)}
+    common = before.keys() & after.keys()
+    gained = sum(after[t] and not before[t] for t in common)
+    lost = sum(before[t] and not after[t] for t in common)
+    return {"n": len(common), "gained": gained, "lost": lost, "p": mcnemar_exact(gained, lost)}
 
 
 def comparisons(results: list[dict[str, Any]], pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
