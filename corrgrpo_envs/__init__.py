@@ -13,6 +13,7 @@ Importing the package registers every built-in domain::
 implements is :class:`MultiRewardEnv`'s (``docs/envs.md``).
 """
 
+from corrgrpo_envs.checker import check_env
 from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
 from corrgrpo_envs.registry import make, register, registered_ids
 from corrgrpo_envs.tasks import DatasetRegistry, Task, TaskSource
@@ -26,6 +27,7 @@ __all__ = [
     "make",
     "register",
     "registered_ids",
+    "check_env",
 ]
 
 # Entry points are strings so that a domain's dependencies load only when it is made.

@@ -1,4 +1,5 @@
-"""``corrgrpo envs list``: every registered env with its rewards and task counts.
+"""``corrgrpo envs list``: every registered env with its rewards and task counts;
+``corrgrpo envs check ID``: the multi-reward contract checks of :func:`corrgrpo_envs.check_env`.
 
 An env that cannot be built here (an optional extra is missing, its data is
 absent) is listed with the reason and an install hint instead of failing the
@@ -14,7 +15,7 @@ from typing import Any
 import corrgrpo_envs
 from corrgrpo_envs.registry import description
 
-__all__ = ["add_arguments", "run", "describe_env", "install_hint"]
+__all__ = ["add_arguments", "run", "run_check", "describe_env", "install_hint"]
 
 #: top-level module -> the corrgrpo extra that installs it
 EXTRAS = {"agentdojo": "agentdojo", "docker": "docker", "openai": "openai", "vllm": "vllm", "gguf": "smollm2"}
@@ -62,15 +63,66 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("list", help="list registered environments")
     p.add_argument("ids", nargs="*", help="only these ids (default: every registered id)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    c = sub.add_parser("check", help="check envs against the multi-reward contract (check_env)")
+    c.add_argument("targets", nargs="+", metavar="ID", help="env ids, env YAML files or package.module:Class")
+    c.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="a keyword for the env's constructor (YAML value), e.g. --set num_tasks=8; repeatable",
+    )
 
 
 def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
+def _parse_sets(pairs: list[str]) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {pair!r}: expected KEY=VALUE")
+        parsed = yaml.safe_load(value)
+        # YAML 1.1 reads on/off/yes/no as booleans; only true/false mean a bool here
+        out[key] = value if isinstance(parsed, bool) and value.lower() not in ("true", "false") else parsed
+    return out
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """One line per check and env; exit 1 when any check fails, 2 when an env cannot be built."""
+    from corrgrpo_envs.checker import check_env
+
+    try:
+        kwargs = _parse_sets(args.set)
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return 2
+    status = 0
+    for target in args.targets:
+        try:
+            results = check_env(target, raise_on_error=False, **kwargs)
+        except ImportError as exc:
+            print(f"error: {target}: missing dependency {exc.name or exc} ({install_hint(exc)})")
+            status = 2
+            continue
+        except Exception as exc:
+            print(f"error: {target}: cannot be built: {type(exc).__name__}: {exc}")
+            status = 2
+            continue
+        failed = [r for r in results if not r.passed]
+        print(f"{target}: {len(results) - len(failed)}/{len(results)} checks passed")
+        for r in results:
+            print("  " + r.line())
+        status = max(status, 1 if failed else 0)
+    return status
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "envs_command", None) == "check":
+        return run_check(args)
     if getattr(args, "envs_command", None) != "list":
-        print("usage: corrgrpo envs list [IDS...] [--json]")
+        print("usage: corrgrpo envs {list [IDS...] [--json] | check ID [ID ...] [--set KEY=VALUE]}")
         return 2
     ids = list(args.ids) or corrgrpo_envs.registered_ids()
     unknown = [i for i in ids if i not in corrgrpo_envs.registered_ids()]

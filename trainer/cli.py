@@ -15,7 +15,7 @@ import sys
 #: sub-command name -> (module path, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "advantages": ("trainer.commands.advantages", "advantage estimators: demo and inspection"),
-    "envs": ("corrgrpo_envs.commands", "list registered environments"),
+    "envs": ("corrgrpo_envs.commands", "list registered environments, check one against the contract"),
     "train": ("trainer.commands.train", "train a policy from a YAML config"),
     "sft": ("trainer.commands.sft", "supervised fine-tuning (a warm start for train) from a YAML config"),
     "eval": ("trainer.commands.evaluate", "evaluate a policy on a domain's metrics"),
