@@ -123,6 +123,39 @@ def _make_entry_point(entry_point: str, overrides: dict[str, Any]) -> gym.Env:
     return env
 
 
+def check_id(id_or_config: str | Path) -> None:
+    """Raise ``ValueError`` naming the problem when ``make(id_or_config)`` cannot find the env.
+
+    Cheap (nothing is built): a registered id passes; an entry point must import and name
+    an attribute; a YAML file must exist and hold an ``env.id`` that passes. Commands call
+    it before loading a model, so a typo costs one error line, not a model load.
+    """
+    text = str(id_or_config)
+    if text.endswith((".yaml", ".yml")):
+        section = load_env_config(text)
+        if "id" not in section:
+            raise ValueError(f"{text}: the env section has no 'id'")
+        check_id(str(section["id"]))
+        return
+    if text in gym.registry:
+        return
+    if is_entry_point(text):
+        try:
+            load_entry_point(text)
+        except ImportError as exc:
+            raise ValueError(
+                f"env entry point {text!r}: cannot import {exc.name or text.split(':')[0]!r} ({exc}); "
+                "the module must be importable from the working directory or PYTHONPATH"
+            ) from None
+        except AttributeError as exc:
+            raise ValueError(str(exc)) from None
+        return
+    raise ValueError(
+        f"unknown env id {text!r}; registered: {', '.join(registered_ids())} "
+        "(or give an entry point 'package.module:attribute')"
+    )
+
+
 def make(id_or_config: str | Path, **overrides: Any) -> gym.Env:
     """Build an env from a registered id, an entry point or a YAML file's ``env:`` section.
 

@@ -57,7 +57,9 @@ def test_readme_custom_env_trains_and_evaluates_through_the_cli(tmp_path, monkey
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "envs.py").write_text(_polite_block(), encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    # the README runs the command from the folder holding mypkg/, with no PYTHONPATH
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # main() puts the working directory first
     monkeypatch.delitem(sys.modules, "mypkg", raising=False)
     monkeypatch.delitem(sys.modules, "mypkg.envs", raising=False)
     config = next(b for b in _blocks("yaml") if "PoliteEnv" in b)

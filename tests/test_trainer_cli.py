@@ -92,3 +92,24 @@ def test_train_uses_estimator_and_loss_entry_points(tmp_path, monkeypatch):
     plugins = sys.modules.pop("my_rl_plugins")
     assert plugins.CALLS["estimator"] >= 2 and plugins.CALLS["loss"] >= 1  # config check + the step
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+def test_unknown_env_id_is_one_error_line_before_any_model_loads(capsys, monkeypatch):
+    import trainer.trainer
+
+    def no_trainer(*a, **k):
+        raise AssertionError("the trainer was built")
+
+    monkeypatch.setattr(trainer.trainer, "Trainer", no_trainer)
+    assert main(["train", "env_configs/quickstart.yaml", "env.id=corrgrpo/NoSuch-v0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown env id 'corrgrpo/NoSuch-v0'") and "Traceback" not in err
+    assert main(["train", "env_configs/quickstart.yaml", "env.id=no_such_pkg.envs:Env"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot import 'no_such_pkg'" in err and "working directory" in err
+
+
+def test_eval_missing_checkpoint_is_one_error_line(capsys):
+    assert main(["eval", "env_configs/quickstart.yaml", "--checkpoint", "no/such/checkpoint"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --checkpoint no/such/checkpoint: no such folder" in " ".join(err.split())

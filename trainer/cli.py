@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 #: sub-command name -> (module path, one-line help)
@@ -47,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``corrgrpo`` command."""
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
+    # Entry points (``env.id: mypkg.envs:PoliteEnv``) resolve against the working directory,
+    # as under ``python -m``: a console script's sys.path[0] is its bin folder instead.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     parser, modules = build_parser()
     args = parser.parse_args(sys.argv[1:])
     if args.command is None:

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             return _print_file(console, args)
         except (OSError, ValueError, KeyError) as exc:
-            Console(stderr=True).print(f"[red]error:[/red] {exc}")
+            Console(stderr=True).print(f"[red]error:[/red] {exc}", soft_wrap=True)
             return 2
     Console(stderr=True).print("give --demo or --rewards FILE (see corrgrpo advantages -h)")
     return 2

@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="'reference' plays the tasks' reference answers (checks the harness)",
     )
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--out", default=None, help="JSON output path (default: <checkpoint or runs>/eval-<split>.json)")
+    parser.add_argument("--out", default=None, help="JSON output path (default: CHECKPOINT/eval-SPLIT-POLICY.json, or runs/NAME-eval/eval-SPLIT-POLICY.json without --checkpoint)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     cfg = load_or_report(load_config, args, console)
     if cfg is None:
+        return 2
+    if args.checkpoint and not Path(args.checkpoint).is_dir():
+        console.print(f"[red]error:[/red] --checkpoint {args.checkpoint}: no such folder", soft_wrap=True)
         return 2
     result = evaluate(
         cfg, checkpoint=args.checkpoint, split=args.split, limit=args.limit,

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         trainer = SFTTrainer(cfg)
     except (SFTDataError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         return 2
     if trainer.accelerator.is_main_process:
         source = cfg.env.get("id") if cfg.data.source == "env" else ", ".join(cfg.data.files)
