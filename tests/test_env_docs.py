@@ -99,3 +99,15 @@ def test_missing_dependency_is_listed_not_raised():
     assert "no_such_module_xyz" in row["error"] and row["hint"] == "pip install no_such_module_xyz"
     # the registry stays usable afterwards
     assert corrgrpo_envs.make("corrgrpo/ScaleDominance-v0").unwrapped.num_rewards == 3
+
+
+def test_envs_list_fits_80_columns_without_cutting_names(capsys, monkeypatch):
+    from trainer.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["envs", "list", "corrgrpo/Code-v0", "corrgrpo/ToolCall-v0", "corrgrpo/ScaleDominance-v0"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for name in ("ast_similarity", "function_name", "corrgrpo/ScaleDominance-v0", "train 800"):
+        assert name in out
+    assert "…" not in out

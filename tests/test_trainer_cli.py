@@ -113,3 +113,18 @@ def test_eval_missing_checkpoint_is_one_error_line(capsys):
     assert main(["eval", "env_configs/quickstart.yaml", "--checkpoint", "no/such/checkpoint"]) == 2
     err = capsys.readouterr().err
     assert "error: --checkpoint no/such/checkpoint: no such folder" in " ".join(err.split())
+
+
+def test_progress_line_keeps_bar_and_step_count_in_80_columns():
+    from rich.console import Console
+
+    from trainer.progress import TrainProgress
+
+    progress = TrainProgress(10)
+    progress.update(3, {"reward/weighted/mean": 2.0, "reward/has_a/mean": 0.9, "reward/word_with_a/mean": 0.9,
+                        "reward/digits/mean": 0.14, "c_q/median": 0.35, "time/step": 12.6})
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(progress._progress.get_renderable())
+    (line,) = console.export_text().splitlines()
+    assert line.startswith("train ━━━━") and " 3/10 " in line and "R=2.000" in line
+    assert len(line) <= 80

@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv = [sys.argv[0], *argv]
     # Entry points (``env.id: mypkg.envs:PoliteEnv``) resolve against the working directory,
     # as under ``python -m``: a console script's sys.path[0] is its bin folder instead.
+    # transformers' per-load "Loading weights" / "Writing model shards" bars would interleave
+    # with the command's own progress line (set HF_HUB_DISABLE_PROGRESS_BARS=0 to see them)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     parser, modules = build_parser()

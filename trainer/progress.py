@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Column
 
 __all__ = ["TrainProgress"]
 
@@ -15,12 +16,15 @@ class TrainProgress:
 
     def __init__(self, total: int, enabled: bool = True, start: int = 0):
         self.enabled = enabled
+        # On a narrow terminal the numbers get cut at the end, never the bar and the step count.
+        fixed = Column(no_wrap=True)
         self._progress = Progress(
-            TextColumn("[bold]train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[info]}"),
+            TextColumn("[bold]train", table_column=fixed),
+            BarColumn(bar_width=16, table_column=Column(no_wrap=True, width=16)),
+            MofNCompleteColumn(table_column=fixed),
+            TimeRemainingColumn(table_column=fixed),
+            TextColumn("{task.fields[info]}", table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
+            expand=True,
             console=Console(stderr=True),
             disable=not enabled,
         )
