@@ -128,3 +128,17 @@ def test_progress_line_keeps_bar_and_step_count_in_80_columns():
     (line,) = console.export_text().splitlines()
     assert line.startswith("train ━━━━") and " 3/10 " in line and "R=2.000" in line
     assert len(line) <= 80
+
+
+def test_rollout_server_failure_ends_in_one_error_line(capsys, monkeypatch):
+    import trainer.trainer
+    from trainer.server_engine import RolloutServerError
+
+    class DownTrainer:
+        def __init__(self, cfg):
+            raise RolloutServerError("rollout server http://127.0.0.1:9: GET /v1/models failed: ConnectError", "x")
+
+    monkeypatch.setattr(trainer.trainer, "Trainer", DownTrainer)
+    assert main(["train", "env_configs/quickstart.yaml"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: rollout server http://127.0.0.1:9") and "Traceback" not in err

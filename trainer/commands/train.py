@@ -20,9 +20,19 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_or_report(load_config, args, console)
     if cfg is None:
         return 2
+    from trainer.server_engine import RolloutServerError
     from trainer.trainer import Trainer
 
-    trainer = Trainer(cfg)
+    try:
+        return _train(cfg, console, Trainer)
+    except RolloutServerError as exc:
+        # the run stopped cleanly (its last checkpoint is intact); the server is the user's to fix
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        return 1
+
+
+def _train(cfg, console: Console, trainer_cls) -> int:
+    trainer = trainer_cls(cfg)
     if trainer.accelerator.is_main_process:
         console.print(
             f"[bold]corrgrpo[/bold] {cfg.env['id']} | model {cfg.model.name_or_path} | "
