@@ -276,12 +276,13 @@ class CodeEnv(MultiRewardEnv):
     def _finish(self, task: Task, info: dict[str, Any], result) -> tuple[dict[str, float], dict]:
         rewards = info.pop("rewards_so_far")
         plan = self.verdicts.plan(task)
-        status = self.judges.judge(task, plan, result)  # from the recorded values only, bounded
+        # From the recorded values only, in a judge worker under a CPU-time deadline.
+        status, judge_seconds = self.judges.judge_with_cost(task, plan, result)
         passed = status == "ok"
         rewards["runtime"] = float(status in ("ok", "assertion"))
         rewards["correct"] = float(passed)
         seconds = measured_seconds(result)
-        info.update(status=status, exec_seconds=seconds)
+        info.update(status=status, exec_seconds=seconds, judge_cpu_seconds=judge_seconds)
         if passed and self.efficiency_mode != "off":
             t_ref = None
             if plan.passed:

@@ -194,17 +194,23 @@ class _Worker:
         self.to_worker = self.proc.stdin.fileno()
         self.from_worker = self.proc.stdout.fileno()
         self.loaded: set[str] = set()
+        self.cpu_used: float | None = None
 
     def request(self, message: dict, cpu_seconds: float | None, wall_seconds: float) -> dict | None:
-        """The reply, or None when the worker went past a deadline or died (it is then dead)."""
-        start_cpu = _cpu_seconds(self.proc.pid) if cpu_seconds is not None else None
+        """The reply, or None when the worker went past a deadline or died (it is then dead).
+
+        ``cpu_used`` is then the worker's CPU seconds on this request (None where unreadable).
+        """
+        start_cpu = _cpu_seconds(self.proc.pid)
         start = time.monotonic()
+        reply = None
         try:
             _write(self.to_worker, message)
             while True:
                 ready, _, _ = select.select([self.from_worker], [], [], _POLL_SECONDS)
                 if ready:
-                    return _read(self.from_worker)
+                    reply = _read(self.from_worker)
+                    break
                 elapsed = time.monotonic() - start
                 if elapsed > wall_seconds:
                     break
@@ -217,8 +223,11 @@ class _Worker:
                         break
         except (OSError, EOFError, ValueError):
             pass
-        self.kill()
-        return None
+        end_cpu = _cpu_seconds(self.proc.pid)
+        self.cpu_used = None if start_cpu is None or end_cpu is None else end_cpu - start_cpu
+        if reply is None:
+            self.kill()
+        return reply
 
     @property
     def alive(self) -> bool:
@@ -309,10 +318,15 @@ class JudgePool:
     # -------------------------------------------------------------- verdicts
     def judge(self, task: Task, plan: CallPlan, result: RunResult) -> str:
         """:func:`corrgrpo_envs.code.judge.judge` in a worker; ``judge:bound`` past the deadline."""
+        return self.judge_with_cost(task, plan, result)[0]
+
+    def judge_with_cost(self, task: Task, plan: CallPlan, result: RunResult) -> tuple[str, float | None]:
+        """``(status, worker CPU seconds)`` of one verdict (the seconds None where unreadable)."""
         key, load = self._problem(task, plan)
         request = {"judge": key, "status": result.status, "channel": result.channel,
                    "cpu_seconds": self.cpu_seconds}
         worker = self._take()
+        cost: float | None = 0.0
         try:
             for _ in range(2):
                 if key not in worker.loaded:
@@ -321,15 +335,16 @@ class JudgePool:
                         break
                     worker.loaded.add(key)
                 reply = worker.request(request, self.cpu_seconds, self.wall_seconds)
+                cost = None if cost is None or worker.cpu_used is None else cost + worker.cpu_used
                 if reply is None:
                     break
                 if "need" in reply:  # the worker dropped the problem to make room
                     worker.loaded.discard(key)
                     continue
-                return str(reply.get("status", BOUND_STATUS))
+                return str(reply.get("status", BOUND_STATUS)), cost
             with self._cond:
                 self.killed += 1
-            return BOUND_STATUS
+            return BOUND_STATUS, cost
         finally:
             self._give(worker)
 
