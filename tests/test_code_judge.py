@@ -297,6 +297,28 @@ def test_a_check_that_prints_or_reads_cannot_garble_the_wire():
             assert pool.judge(task, _PLAN, record([["I", "0x2"]])) == "ok"
 
 
+def test_the_pool_works_with_descriptors_past_1024():
+    # A training process may hold more than 1024 descriptors; select() cannot wait on those.
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} leaves no room for 1100 descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        task = Task("pool/fds", {"prompt": "def f(x):\n    pass\n",
+                                 "test": "def check(candidate):\n    assert candidate(1) == 2\n", "entry_point": "f"})
+        with JudgePool(size=1) as fresh:
+            assert fresh.judge(task, _PLAN, record([["I", "0x2"]])) == "ok"
+            assert fresh._idle[0].from_worker > 1024
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_verdicts_from_many_threads(pool):
     task = Task("pool/threads", {"prompt": "def f(x):\n    pass\n",
                                  "test": "def check(candidate):\n    assert candidate(1) == 2\n", "entry_point": "f"})
