@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -99,7 +100,7 @@ def test_the_colliding_set_was_a_real_cost():
 
 
 def test_the_shared_tuple_set_never_finishes_without_bounds():
-    code = ("import sys; sys.path.insert(0, '.')\n"
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
             "from corrgrpo_envs.sandbox.calls import decode\n"
             f"decode({[*dag(64), ['E', [64]]]!r}, None, False)\n")
     with pytest.raises(subprocess.TimeoutExpired):
