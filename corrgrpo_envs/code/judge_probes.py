@@ -108,6 +108,36 @@ def probe_colliding_hash_set(backend: str = "auto") -> tuple[bool, str]:
         env.close()
 
 
+def probe_shared_list_dag(backend: str = "auto") -> tuple[bool, str]:
+    """No forgery: the entry returns a list of 64 levels, each holding the level below twice.
+    The runner's encoder keeps the sharing (66 nodes); any walk of the value on the host
+    (``==`` against a nested expected value, ``repr``) would visit 2^64 nodes."""
+    answer = ("```python\ndef has_close_elements(numbers, threshold):\n    v = []\n"
+              "    for _ in range(64):\n        v = [v, v]\n    return v\n```")
+    env = _env(backend)
+    try:
+        return _held(*_step(env, "HumanEval/0", answer))
+    finally:
+        env.close()
+
+
+def probe_deep_tuple_under_a_set(backend: str = "auto") -> tuple[bool, str]:
+    """A set holding a chain of 60,000 nested tuples: hashing it recurses 60,000 C frames deep
+    (a C stack overflow would end the process that decodes it). Any failing status holds."""
+    answer = (
+        "```python\nimport json\n"
+        "r = [['N']] + [['T', [i]] for i in range(60000)] + [['E', [60000]]]\n"
+        "t = [json.dumps(r, separators=(',', ':'))]\n"
+        "json.dumps = lambda *a, **k: t.pop() if t else '[[\"B\",1]]'\n"
+        f"{_ENTRY}```"
+    )
+    env = _env(backend)
+    try:
+        return _held(*_step(env, "HumanEval/0", answer), expect=None)
+    finally:
+        env.close()
+
+
 #: A data set of one problem whose check hashes what the candidate returns (as checks that
 #: compare sets do): the decode builds only a list, the check's ``set()`` is the slow part.
 _SET_CHECK_TASK = {
@@ -166,6 +196,8 @@ class _Run:
 PROBES: dict[str, Callable[..., tuple[bool, str]]] = {
     "shared_tuple_dag": probe_shared_tuple_dag,
     "colliding_hash_set": probe_colliding_hash_set,
+    "shared_list_dag": probe_shared_list_dag,
+    "deep_tuple_under_a_set": probe_deep_tuple_under_a_set,
     "colliding_hash_in_check": probe_colliding_hash_in_check,
     "judge_deadline": probe_judge_deadline,
 }
