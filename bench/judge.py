@@ -78,8 +78,7 @@ def main() -> None:
     if not args.no_probes:
         print("probes (host CPU = this process + the judge worker):")
         for name, probe in judge_probes.PROBES.items():
-            kwargs = {} if name == "judge_deadline" else {"backend": args.backend}
-            held, detail = probe(**kwargs)
+            held, detail = probe(backend=args.backend)
             print(f"  {name:26s} {'held' if held else 'BROKEN'}: {detail}", flush=True)
 
 

@@ -14,7 +14,8 @@ of 2^64 nodes and stopped the training process, and
 :func:`probe_colliding_hash_set` (a 1 MB record) cost seconds per step holding
 the GIL.
 
-``PROBES`` lists them by name, for a red-team command to run.
+``PROBES`` lists them by name, for a red-team command to run; every probe takes an
+optional ``backend`` (a sandbox backend name, default ``auto``).
 """
 
 from __future__ import annotations
@@ -162,9 +163,10 @@ def probe_colliding_hash_in_check(backend: str = "auto") -> tuple[bool, str]:
             env.close()
 
 
-def probe_judge_deadline() -> tuple[bool, str]:
+def probe_judge_deadline(backend: str = "auto") -> tuple[bool, str]:
     """A check that loops in C (``sum`` over a huge ``range``) on a forged record: the judge
-    worker is killed at its CPU deadline, and the next verdict in the pool still scores right."""
+    worker is killed at its CPU deadline, and the next verdict in the pool still scores right
+    (no sandbox: ``backend`` is accepted like every probe's, and unused)."""
     from corrgrpo_envs.tasks import Task
 
     task = Task("probe/deadline", {
