@@ -380,3 +380,25 @@ def test_attacks_score_zero_on_every_backend(backend, name):
         pytest.skip(str(exc))
     held, detail = judge_probes.PROBES[name](backend=backend)
     assert held, detail
+
+
+def test_the_kernel_stops_a_worker_that_no_host_watches():
+    """RLIMIT_CPU, set by the worker before each verdict, ends a runaway check by itself."""
+    import signal
+
+    from corrgrpo_envs.code import judge_pool
+
+    task = Task("pool/orphan", {"prompt": "def f(x):\n    pass\n", "entry_point": "f",
+                                "test": "def check(candidate):\n    assert sum(range(candidate(1))) >= 0\n"})
+    with JudgePool(size=1, cpu_seconds=0.2) as pool:
+        key, load = pool._problem(task, _PLAN)
+        worker = judge_pool._Worker()
+        try:
+            assert "loaded" in worker.request(load, None, 30.0)
+            # Send the verdict and walk away, as a host that died would.
+            judge_pool._write(worker.to_worker, {"judge": key, "status": "ok", "cpu_seconds": 0.2,
+                                                 "channel": 'R 0 [["I","0xfffffffffffffff"]]\n'})
+            code = worker.proc.wait(timeout=30)
+            assert code == -signal.SIGXCPU, code
+        finally:
+            worker.kill()

@@ -152,8 +152,9 @@ def serve() -> None:
         # (finer) one fires first; it stops this worker even when no host is left to.
         used = resource.getrusage(resource.RUSAGE_SELF)
         soft = math.ceil(used.ru_utime + used.ru_stime + 2 * request.get("cpu_seconds", 1.0)) + 1
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
         try:
-            resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
+            resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
         except (ValueError, OSError):
             pass
         task, plan = problems[key]
