@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sft": ("trainer.commands.sft", "supervised fine-tuning (a warm start for train) from a YAML config"),
     "eval": ("trainer.commands.evaluate", "evaluate a policy on a domain's metrics"),
     "plot": ("trainer.commands.plot", "plot one or more training runs"),
+    "advise": ("trainer.commands.advise", "known conditions in runs' diagnostics and what to try"),
     "code": ("corrgrpo_envs.code.commands", "code domain utilities (reference runtimes)"),
 }
 
