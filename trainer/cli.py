@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("trainer.commands.evaluate", "evaluate a policy on a domain's metrics"),
     "plot": ("trainer.commands.plot", "plot one or more training runs"),
     "advise": ("trainer.commands.advise", "known conditions in runs' diagnostics and what to try"),
+    "sweep": ("trainer.commands.sweep", "a grid of reward weightings x seeds x estimators, and its Pareto front"),
     "code": ("corrgrpo_envs.code.commands", "code domain utilities (reference runtimes)"),
 }
 
