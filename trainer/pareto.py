@@ -84,6 +84,8 @@ def plot_front(front: dict[str, Any], out: str | Path) -> Path:
                         mfc=colors[point["estimator"]] if point["non_dominated"] else "white")
             ax.annotate(str(point["weighting"]), (pa["mean"], pb["mean"]), fontsize=7,
                         xytext=(3, 3), textcoords="offset points")
+        ax.set_xlim(-5, 105)  # intervals over few seeds can exceed the range: the axes do not
+        ax.set_ylim(-5, 105)
         ax.set_xlabel(f"{names[a]} (% of range)")
         ax.set_ylabel(f"{names[b]} (% of range)")
         ax.grid(alpha=0.3)
