@@ -64,12 +64,22 @@ def test_write_front_from_eval_files(tmp_path):
         records = [{"reward_components": dict(zip(NAMES, means))}] * 3
         (run.folder / "eval.json").write_text(json.dumps({"records": records}))
         runs.append(run)
+    # a second estimator: one weighting, dominated overall by grpo's w0 but its own front
+    other = SweepRun("gdpo", weightings[0], 0, tmp_path / "gdpo" / "w0-s0")
+    other.folder.mkdir(parents=True)
+    (other.folder / "eval.json").write_text(json.dumps({"records": [{"reward_components": dict(zip(NAMES, [8, 0.5, 0.5]))}]}))
+    runs.append(other)
     grid = {"config": "toy", "names": NAMES, "low": LOW, "high": HIGH, "steps": 2}
     front = write_front(tmp_path, runs, grid)
+    assert [(p["estimator"], p["weighting"]) for p in front["points"]] == [("gdpo", 0), ("grpo", 0), ("grpo", 1)]
+    assert front["points"][0]["percent"]["digits"]["ci95"] is None  # one seed: no interval
+    assert front["non_dominated_by_estimator"] == {"gdpo": [0], "grpo": [1, 2]}
+    assert front["hypervolume_by_estimator"]["gdpo"] == pytest.approx(25 * 50 * 50)
+    front["points"] = front["points"][1:]  # grpo's own numbers below
     first = front["points"][0]["percent"]["digits"]
     assert first["mean"] == pytest.approx(62.5) and first["per_seed"] == [50.0, 75.0]
     assert first["ci95"] == pytest.approx(12.706 * np.std([50, 75], ddof=1) / np.sqrt(2), rel=1e-3)
-    assert front["non_dominated"] == [0, 1]
+    assert front["non_dominated"] == [1, 2]
     # (62.5, 50, 50) and (25, 87.5, 87.5): 62.5*50*50 + 25*(87.5^2 - 50^2) -> in percent^3
     assert front["hypervolume"] == pytest.approx(62.5 * 50 * 50 + 25 * (87.5**2 - 50**2))
     assert front["reference_point"]["percent"] == [0.0, 0.0, 0.0]

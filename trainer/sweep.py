@@ -233,7 +233,8 @@ def write_front(out: Path, runs: Sequence[SweepRun], grid: dict[str, Any]) -> di
         "reference_point": {"percent": [0.0] * len(names), "raw": low,
                             "meaning": "every component at its lower bound"},
         "hypervolume_units": f"percent^{len(names)} (a fraction of 100^{len(names)})",
-        "points": points, "non_dominated": [], "hypervolume": {}, "hypervolume_by_estimator": {},
+        "points": points, "non_dominated": [], "hypervolume": 0.0, "non_dominated_by_estimator": {},
+        "hypervolume_by_estimator": {},
     }
     if points:
         means = np.array([[p["percent"][n]["mean"] for n in names] for p in points])
@@ -243,9 +244,10 @@ def write_front(out: Path, runs: Sequence[SweepRun], grid: dict[str, Any]) -> di
         front["non_dominated"] = [i for i, flag in enumerate(keep) if flag]
         front["hypervolume"] = hypervolume(means[keep])
         for estimator in sorted({p["estimator"] for p in points}):
-            mine = np.array([p["estimator"] == estimator for p in points])
-            own = means[mine]
-            front["hypervolume_by_estimator"][estimator] = hypervolume(own[non_dominated(own)])
+            mine = np.flatnonzero([p["estimator"] == estimator for p in points])
+            own = non_dominated(means[mine])
+            front["non_dominated_by_estimator"][estimator] = [int(i) for i in mine[own]]
+            front["hypervolume_by_estimator"][estimator] = hypervolume(means[mine][own])
         plot_front(front, out / "front.png")
     (out / "front.json").write_text(json.dumps(front, indent=2))
     return front
