@@ -88,6 +88,9 @@ def test_corrgrpo_group_weight_over_grpo_is_c_q():
     c_q = result.stats.c_q
     defined = ~torch.isnan(c_q)
     torch.testing.assert_close((corr / grpo)[defined], c_q[defined], rtol=1e-9, atol=0)
+    # a group without reward variance has no weight (GRPO would divide by eps there)
+    assert torch.isnan(c_q[1]) and torch.isnan(grpo[1]) and torch.isnan(corr[1])
+    assert (grpo[defined] < 1e3).all()
 
 
 def test_plug_in_estimators(tmp_path, monkeypatch):

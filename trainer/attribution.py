@@ -71,8 +71,9 @@ class Attribution:
     Attributes:
         parts: ``[N, K]`` float64, ``a_ik``.
         residual: ``[N]`` float64, what the parts do not hold (0 when ``exact``).
-        group_weight: ``[G]`` or ``[G, K]`` effective weight of each group (NaN where a
-            component is constant), or None when the estimator does not say.
+        group_weight: ``[G]`` or ``[G, K]`` effective weight of each group (NaN for a group
+            without reward variance, or where a component is constant), or None when the
+            estimator does not say.
         exact: the estimator declared its decomposition.
     """
 
@@ -132,6 +133,8 @@ def attribute(groups: RewardGroups, estimator: str, options: dict[str, Any] | No
     if fn is not None:
         parts, weight = fn(groups, **options)
         parts = torch.where(valid, parts.to(torch.float64), 0.0)
+        if weight is not None and weight.dim() == 1:  # undefined where nothing varies (1/eps for GRPO)
+            weight = torch.where(groups.active.any(dim=1), weight.to(torch.float64), float("nan"))
         return Attribution(parts, torch.zeros_like(parts[:, 0]), weight, exact=True)
     if advantages is None:
         advantages = get_estimator(estimator)(groups, **options)
