@@ -8,7 +8,7 @@ Usage::
 
 Writes, from the main process: the full parameters after 2 and 3 steps, those after a
 fresh trainer resumed from the step-2 checkpoint ran step 3, the advantages, the world
-size and whether the model was sharded. Every process checks that the full state dict it
+size, whether the model was sharded and each step's logged update and gradient norms. Every process checks that the full state dict it
 gathers (the vLLM weight sync's input) has every parameter at its full shape.
 """
 
@@ -54,13 +54,13 @@ def _full_params(trainer: Trainer) -> dict[str, torch.Tensor]:
 def main(out: str) -> None:
     torch.set_num_threads(1)
     trainer = Trainer(_config(out))
-    advantages = []
+    advantages, records = [], []
     for step in range(2):
-        trainer.train_step(step)
+        records.append(trainer.train_step(step))
         advantages.append(trainer.last_advantages.clone())
     after_2 = _full_params(trainer)
     checkpoint = trainer.save(2)
-    trainer.train_step(2)
+    records.append(trainer.train_step(2))
     advantages.append(trainer.last_advantages.clone())
     after_3 = _full_params(trainer)
     sharded = is_sharded(trainer.unwrapped)
@@ -75,7 +75,8 @@ def main(out: str) -> None:
         torch.save(
             {
                 "advantages": advantages, "after_2": after_2, "params": after_3, "resumed": after_resume,
-                "world": trainer.world, "sharded": sharded, "checkpoint": str(checkpoint),
+                "world": trainer.world,
+                "norms": [{k: r[k] for k in ("update_norm", "param_norm", "grad_norm")} for r in records], "sharded": sharded, "checkpoint": str(checkpoint),
                 "files": sorted(str(p.relative_to(checkpoint)) for p in Path(checkpoint).rglob("*")),
             },
             out,

@@ -468,6 +468,7 @@ def test_accepts_numpy_and_float32_returns_float32_and_stats() -> None:
         "zero_variance_fraction",
         "num_near_cancelling",
         "mean_cov_share",
+        "active_fraction",
     }
 
 

@@ -52,6 +52,16 @@ def test_fsdp_matches_one_process(runs):
     assert moved > 1e-4  # step 3 changed the weights by far more than the tolerance
 
 
+def test_update_and_gradient_norms_are_of_the_full_parameters(runs):
+    one, two = runs
+    for a, b in zip(one["norms"], two["norms"]):
+        for key in ("update_norm", "param_norm", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-3), key
+    for run in (one, two):  # step 3's logged ||delta theta|| is that of the gathered weights
+        delta = sum(float((run["params"][k] - run["after_2"][k]).double().square().sum()) for k in run["params"])
+        assert run["norms"][2]["update_norm"] == pytest.approx(delta**0.5, rel=1e-4)
+
+
 def test_resumed_fsdp_run_continues_with_the_same_numbers(runs):
     _, two = runs
     for name, value in two["params"].items():

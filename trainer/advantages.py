@@ -591,7 +591,8 @@ class AdvantageStats:
     Per group (row g is group ``group_keys[g]``): ``s_cov``, ``s_corr``,
     ``c_q``, ``k_eff``, ``zero_variance``, ``near_cancelling`` ``[G]`` and
     ``cov_share`` ``[G, K]``. Per batch: ``mean_correlation`` ``[K, K]``,
-    ``zero_variance_fraction``, ``num_near_cancelling`` and ``mean_cov_share`` ``[K]``.
+    ``zero_variance_fraction``, ``num_near_cancelling``, ``mean_cov_share`` ``[K]`` and
+    ``active_fraction`` ``[K]``.
 
     - ``s_cov``: GRPO's variance sum, the sum of all covariance entries.
     - ``s_corr``: CorrGRPO's correlation sum over active components.
@@ -608,6 +609,7 @@ class AdvantageStats:
     - ``mean_correlation``: entry (k, l) averages the correlation over the
       groups where both k and l are active (0 where there are none).
     - ``mean_cov_share``: mean of ``cov_share`` over groups with ``s_cov > 0``.
+    - ``active_fraction``: the share of groups in which each component varies.
     """
 
     group_keys: torch.Tensor
@@ -622,6 +624,7 @@ class AdvantageStats:
     zero_variance_fraction: float
     num_near_cancelling: int
     mean_cov_share: torch.Tensor
+    active_fraction: torch.Tensor | None = None
 
     def to_dict(self, per_group: bool = True) -> dict[str, Any]:
         """Plain python floats/ints/lists for logging (strict JSON: NaN -> None).
@@ -634,6 +637,8 @@ class AdvantageStats:
             "num_near_cancelling": int(self.num_near_cancelling),
             "mean_cov_share": _plain(self.mean_cov_share),
         }
+        if self.active_fraction is not None:
+            out["active_fraction"] = _plain(self.active_fraction)
         if per_group:
             out.update(
                 group_keys=self.group_keys.tolist(),
@@ -706,6 +711,7 @@ def diagnose(
         zero_variance_fraction=float(zero_variance.to(dtype).mean()),
         num_near_cancelling=int(near_cancelling.sum()),
         mean_cov_share=mean_cov_share,
+        active_fraction=groups.active.to(dtype).mean(dim=0),
     )
 
 
@@ -719,10 +725,12 @@ class AdvantageResult:
     Attributes:
         advantages: ``[N]`` float32, one per response, in the input order.
         stats: diagnostics of the batch (:class:`AdvantageStats`).
+        groups: the batch's group statistics (float64), e.g. for ``trainer.attribution``.
     """
 
     advantages: torch.Tensor
     stats: AdvantageStats
+    groups: RewardGroups | None = None
 
 
 def compute_advantages(
@@ -780,4 +788,4 @@ def compute_advantages(
     if estimator == "corrgrpo":
         diag_options = {k: v for k, v in options.items() if k in ("eps", "min_denominator")}
     stats = diagnose(groups, **diag_options)
-    return AdvantageResult(advantages=advantages.to(torch.float32), stats=stats)
+    return AdvantageResult(advantages=advantages.to(torch.float32), stats=stats, groups=groups)

@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sft": ("trainer.commands.sft", "supervised fine-tuning (a warm start for train) from a YAML config"),
     "eval": ("trainer.commands.evaluate", "evaluate a policy on a domain's metrics"),
     "plot": ("trainer.commands.plot", "plot one or more training runs"),
+    "advise": ("trainer.commands.advise", "known conditions in runs' diagnostics and what to try"),
+    "sweep": ("trainer.commands.sweep", "a grid of reward weightings x seeds x estimators, and its Pareto front"),
     "code": ("corrgrpo_envs.code.commands", "code domain utilities (reference runtimes)"),
 }
 

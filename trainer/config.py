@@ -148,8 +148,14 @@ class AlgorithmConfig:
     """G: rollouts per task."""
     prompts_per_step: int = num_field(8, _POSITIVE_INT)
     """P: tasks per optimizer step (over all processes)."""
-    reward_weights: list[float] | None = num_field(None, _ANY)
-    """Weights of the reward components (default: the environment's)."""
+    reward_weights: list[Any] | dict[str, Any] | None = None
+    """Weights of the reward components (default: the environment's): a list with one entry per
+    component or a mapping by component name; an entry is a number or a piecewise-linear
+    schedule over steps ``{values: [[0, 0.5], [100, 1.5]]}`` (``trainer.reward_weights``)."""
+    reward_gates: dict[str, Any] = field(default_factory=dict)
+    """Gated components: ``{correct: [format, compile]}`` scores ``correct`` at its lower bound
+    unless every gate is at its upper bound; ``{correct: {format: 1.0, compile: 0.5}}`` gives
+    each gate a threshold (``trainer.reward_gates``). Applied to the raw reward vectors."""
     kl_beta: float = num_field(0.0, _NON_NEGATIVE)
     """Weight of the k3 KL penalty against a frozen copy of the initial model (0: no reference)."""
     dynamic_sampling: bool | None = None
@@ -445,8 +451,21 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     for section in ("model", "algorithm", "rollout", "optim", "train"):
         check_ranges(getattr(cfg, section), section)
     check_ranges(cfg.rollout.server, "rollout.server")
+    _check_rewards(cfg)
     _check_plugins(cfg)
     return cfg
+
+
+def _check_rewards(cfg: Config) -> None:
+    """Reward weights and gates are well formed (their names are checked against the env later)."""
+    from trainer.reward_gates import check_reward_gates
+    from trainer.reward_weights import check_reward_weights
+
+    try:
+        check_reward_weights(cfg.algorithm.reward_weights)
+        check_reward_gates(cfg.algorithm.reward_gates)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check_plugins(cfg: Config) -> None:

@@ -102,6 +102,7 @@ def batch_to_json(batch: RolloutBatch) -> dict[str, Any]:
     """A :class:`RolloutBatch` as plain JSON data (infos that are not JSON become strings)."""
     data = dataclasses.asdict(batch)
     data["rewards"] = batch.rewards.tolist()
+    data["raw_rewards"] = None if batch.raw_rewards is None else batch.raw_rewards.tolist()
     data["group_ids"] = batch.group_ids.tolist()
     return json.loads(json.dumps(data, default=str))
 
@@ -117,6 +118,8 @@ def batch_from_json(data: dict[str, Any]) -> RolloutBatch:
             **data,
             "episodes": episodes,
             "rewards": np.asarray(data["rewards"], dtype=np.float32).reshape(len(episodes), -1),
+            "raw_rewards": None if data.get("raw_rewards") is None
+            else np.asarray(data["raw_rewards"], dtype=np.float32).reshape(len(episodes), -1),
             "group_ids": np.asarray(data["group_ids"], dtype=np.int64),
         }
     )

@@ -1,4 +1,6 @@
-"""Figures of training runs: each reward component over steps, and correlation heatmaps."""
+"""Figures of training runs: each reward component over steps, what moved the policy
+(each component's signed share of the advantages, the groups' effective weight, the
+gradient norm before clipping and the parameter update norm), and correlation heatmaps."""
 
 from __future__ import annotations
 
@@ -26,8 +28,12 @@ def plot_runs(
     labels: Sequence[str] | None = None,
     smooth: int = 1,
 ) -> Path:
-    """Overlay the runs' reward curves (one panel per component plus the weighted total)
-    and draw each run's mean reward-correlation matrix; writes a PNG to ``out``."""
+    """Overlay the runs' curves and draw each run's mean reward-correlation matrix; writes a PNG.
+
+    Panels: the weighted total and each component's mean reward; each component's signed
+    share of the advantages; the median effective group weight; ``grad_norm`` (before
+    clipping) and ``update_norm`` (``||delta theta||``). A panel no run logged is left out.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,6 +45,7 @@ def plot_runs(
         raise ValueError(f"{len(labels)} labels for {len(runs)} runs")
     # components in reward-vector order (as the run recorded them), the weighted total first
     keys: list[str] = ["reward/weighted/mean"]
+    all_names: list[str] = []
     for records in runs:
         names = records[-1].get("reward_names") or [
             k[7:-5] for k in records[-1] if k.startswith("reward/") and k.endswith("/mean")
@@ -46,6 +53,11 @@ def plot_runs(
         for name in names:
             if f"reward/{name}/mean" not in keys:
                 keys.append(f"reward/{name}/mean")
+                all_names.append(name)
+    logged = {k for records in runs for r in records for k, v in r.items() if v is not None}
+    extra = [f"advantage_share/{n}" for n in all_names] + ["group_weight/median"]
+    extra += [f"group_weight/{n}/median" for n in all_names] + ["grad_norm", "update_norm"]
+    keys += [k for k in extra if k in logged]
     n_curves = len(keys)
     n_heat = len(runs)
     cols = max(3, min(4, n_curves))
@@ -65,7 +77,7 @@ def plot_runs(
             y = np.array([r[key] for r in records if r.get(key) is not None], dtype=float)
             if len(y):
                 ax.plot(steps, _smooth(y, smooth), label=label)
-        ax.set_title(key[7:-5])
+        ax.set_title(key[7:-5] if key.startswith("reward/") else key)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     if keys:
@@ -77,7 +89,7 @@ def plot_runs(
             continue
         ax.set_visible(True)
         m = np.array([[np.nan if v is None else v for v in row] for row in mats[-1]], float)
-        names = records[-1].get("reward_names") or [k[7:-5] for k in keys[1:]]
+        names = records[-1].get("reward_names") or all_names
         im = ax.imshow(m, vmin=-1, vmax=1, cmap="coolwarm")
         ax.set_xticks(range(len(m)), names[: len(m)], rotation=45, ha="right", fontsize=7)
         ax.set_yticks(range(len(m)), names[: len(m)], fontsize=7)

@@ -3,8 +3,8 @@
 Besides each component's mean and std, this reports the diagnostics of the
 advantage estimator (docs/method.md): the mean reward correlation matrix, the
 distribution of CorrGRPO's per-group multiplier ``c_q``, each component's
-share of GRPO's covariance sum, the effective number of rewards ``K_eff`` and
-the fraction of zero-variance groups.
+share of GRPO's covariance sum, the effective number of rewards ``K_eff``, the
+share of groups in which each component varies and the fraction of zero-variance groups.
 """
 
 from __future__ import annotations
@@ -59,6 +59,10 @@ def reward_metrics(
     if share is not None:
         for name, value in zip(names, share):
             out[f"cov_share/{name}"] = None if value is None else float(value)
+    active = stats.get("active_fraction")
+    if active is not None:
+        for name, value in zip(names, active):
+            out[f"active_fraction/{name}"] = None if value is None else float(value)
     if "zero_variance_fraction" in stats:
         out["zero_variance_fraction"] = float(stats["zero_variance_fraction"])
     if "num_near_cancelling" in stats:

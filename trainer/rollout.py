@@ -34,7 +34,8 @@ class RolloutBatch:
     """The rollouts of some groups.
 
     ``rewards``: float32 ``[n, K]`` episode reward vectors; ``group_ids``:
-    int64 ``[n]`` (global group index); ``episodes``: token trajectories.
+    int64 ``[n]`` (global group index); ``episodes``: token trajectories;
+    ``raw_rewards``: the vectors before reward gates, when gates changed them.
     """
 
     episodes: list[Episode]
@@ -46,6 +47,7 @@ class RolloutBatch:
     generate_seconds: float = 0.0
     reward_seconds: float = 0.0
     turns: list[int] = field(default_factory=list)
+    raw_rewards: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.episodes)
@@ -62,6 +64,9 @@ class RolloutBatch:
             generate_seconds=sum(b.generate_seconds for b in batches),
             reward_seconds=sum(b.reward_seconds for b in batches),
             turns=[t for b in batches for t in b.turns],
+            raw_rewards=None if all(b.raw_rewards is None for b in batches) else np.concatenate(
+                [b.rewards if b.raw_rewards is None else b.raw_rewards for b in batches]
+            ),
         )
 
     def select_groups(self, keep: np.ndarray) -> RolloutBatch:
@@ -78,6 +83,7 @@ class RolloutBatch:
             generate_seconds=self.generate_seconds,
             reward_seconds=self.reward_seconds,
             turns=[self.turns[i] for i in idx],
+            raw_rewards=None if self.raw_rewards is None else self.raw_rewards[idx],
         )
 
 

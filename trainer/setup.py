@@ -27,6 +27,7 @@ from trainer.config import Config
 from trainer.entry_points import load_entry_point
 from trainer.lora import apply_lora
 from trainer.losses import LossConfig, get_loss, resolve_loss_config
+from trainer.reward_weights import RewardWeights, resolve_reward_weights
 
 __all__ = [
     "build_loss",
@@ -93,22 +94,17 @@ def build_vector_env(
     )
 
 
-def reward_setup(cfg: Config, venv: GroupedVectorEnv) -> tuple[list[str], np.ndarray]:
-    """The reward names and float64 weights the trainer uses (``overlong`` appended if shaped).
+def reward_setup(cfg: Config, venv: GroupedVectorEnv) -> tuple[list[str], RewardWeights]:
+    """The reward names and their weights over steps (``overlong`` appended if shaped).
 
-    Weights are ``algorithm.reward_weights`` or, by default, the env's.
+    Weights are ``algorithm.reward_weights`` (constants or schedules) or, by default, the env's.
     """
     a = cfg.algorithm
     names = list(venv.reward_names)
-    weights = a.reward_weights if a.reward_weights is not None else venv.reward_weights
-    if len(weights) != len(names):
-        raise ValueError(
-            f"algorithm.reward_weights has {len(weights)} entries for {len(names)} rewards {names}"
-        )
-    weights = np.asarray(weights, dtype=np.float64)
+    weights = resolve_reward_weights(a.reward_weights, names, np.asarray(venv.reward_weights, np.float64))
     if a.overlong_buffer is not None:
+        weights = RewardWeights([*names, "overlong"], [*weights.entries, float(a.overlong_weight)])
         names.append("overlong")
-        weights = np.append(weights, a.overlong_weight)
     return names, weights
 
 

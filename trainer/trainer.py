@@ -6,7 +6,10 @@ Read top to bottom, one step (:meth:`Trainer.train_step`) is:
    each process its contiguous share, G rollouts each through the rollout engine
    (``trainer.engines``) and ``GroupedVectorEnv``; optional dynamic sampling drops
    groups whose raw reward vectors are all equal and samples more;
-2. shape rewards: optional DAPO overlong component;
+   Reward gates (``algorithm.reward_gates``) apply to each batch's raw vectors as it is
+   played, so dynamic sampling and the advantages see the gated vectors;
+2. shape rewards: optional DAPO overlong component; the reward weights in force at this
+   step (constants or schedules, ``algorithm.reward_weights``);
 3. advantages: every process's reward vectors gathered, ``compute_advantages`` on the
    WHOLE batch (so they do not depend on the number of processes), this process's
    slice kept;
@@ -33,6 +36,7 @@ from accelerate.utils import gather_object
 
 from trainer import setup
 from trainer.advantages import AdvantageResult, compute_advantages
+from trainer.attribution import attribute, attribution_metrics
 from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_run_checkpoint
 from trainer.config import Config, config_to_dict
 from trainer.engines import make_engine
@@ -41,6 +45,7 @@ from trainer.lora import restore_adapter
 from trainer.overlap import OverlappedRollouts, overlap_threads
 from trainer.policy_forward import pack_episodes
 from trainer.progress import TrainProgress
+from trainer.reward_gates import RewardGates
 from trainer.reward_metrics import reward_metrics
 from trainer.rollout import (
     RolloutBatch,
@@ -93,7 +98,10 @@ class Trainer:
             side_threads, worker_threads = overlap_threads(self.torch_threads, r.backend)
             torch.set_num_threads(side_threads)
         self.venv = setup.build_vector_env(cfg, self.groups_per_process, a.group_size)
-        self.reward_names, self.weights = setup.reward_setup(cfg, self.venv)
+        self.reward_names, self.reward_weights = setup.reward_setup(cfg, self.venv)
+        self.weights = self.reward_weights.at(0)  # the weights in force, set at each step
+        space = self.venv.reward_space
+        self.gates = RewardGates(a.reward_gates, self.venv.reward_names, space.low, space.high)
         self.sampler = TaskSampler(self.venv.task_ids, a.prompts_per_step, cfg.train.seed)
 
         model, self.tokenizer = setup.build_model(cfg)
@@ -148,12 +156,15 @@ class Trainer:
     def _play(self, step: int, round_: int, tasks: list[str], first_group_id: int) -> RolloutBatch:
         seed = self.cfg.train.seed
         with torch.no_grad():
-            return play_episodes(
+            batch = play_episodes(
                 self.venv, self.engine.generate, tasks, self.sampling, self.cfg.rollout.max_turns,
                 first_group_id=first_group_id,
                 groups_per_generate=self.cfg.rollout.groups_per_generate,
                 seed_for=lambda group: mix_seed(seed, step, round_, group),
             )
+        if self.gates:  # on the raw vectors, before dynamic sampling looks at them
+            batch.raw_rewards, batch.rewards = batch.rewards, self.gates.apply(batch.rewards)
+        return batch
 
     def _collect(self, step: int) -> RolloutBatch:
         """This process's share of the step's groups (after dynamic sampling)."""
@@ -239,6 +250,7 @@ class Trainer:
         else:
             batch, overlap_metrics = self.overlap.next_batch(step)
         t1 = time.perf_counter()
+        self.weights = self.reward_weights.at(step)
         rewards = self._shape_rewards(batch)
         advantages, result, all_rewards = self._advantages(rewards, batch.group_ids)
         self.last_advantages = result.advantages
@@ -274,6 +286,14 @@ class Trainer:
                             for x in part], dtype=np.float64)
         record: dict[str, Any] = {"step": step + 1}
         record.update(reward_metrics(all_rewards, self.weights, self.reward_names, result.stats.to_dict()))
+        a = self.cfg.algorithm
+        attribution = attribute(result.groups, a.estimator, a.estimator_options, result.advantages)
+        record.update(attribution_metrics(attribution, self.reward_names))
+        for name, weight in zip(self.reward_names, self.weights):
+            record[f"reward_weight/{name}"] = float(weight)
+        if self.gates:
+            raw = batch.rewards if batch.raw_rewards is None else batch.raw_rewards
+            record.update(self.gates.metrics(np.concatenate(self._gather(raw))))
         record.update(update_metrics)
         record["reward_names"] = list(self.reward_names)
         record["advantage/abs_mean"] = float(result.advantages.abs().mean())

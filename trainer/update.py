@@ -5,10 +5,13 @@ The loss of every micro-batch is normalised by whole-mini-batch denominators
 parallelism reproduce the single-process gradient. Diagnostics are accumulated as
 exact means and maxima (:mod:`trainer.loss_metrics`) over the whole step and
 reduced over processes, so a logged value does not depend on how the batch was
-split. Besides the loss's own metrics it logs the entropy and the mismatch between
-the sampler's log-probabilities and the trainer's (``mismatch/abs_mean|max``), and
-can weight each token by a truncated importance ratio against the sampler
-(``tis_cap``).
+split. Besides the loss's own metrics it logs the entropy, the mismatch between
+the sampler's log-probabilities and the trainer's (``mismatch/abs_mean|max``), the
+gradient norm before clipping (``grad_norm``, clipping or not) and the norm of the
+step's whole parameter change ``||delta theta||`` (``update_norm``, with
+``param_norm``; under FSDP over the full parameters, each process summing its
+shards), and can weight each token by a truncated importance ratio against the
+sampler (``tis_cap``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ from trainer.policy_forward import PackedBatch, token_logprobs
 from trainer.sampler import mix_seed
 
 __all__ = ["PolicyUpdater"]
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    """A parameter's local data: its shard for an FSDP2 DTensor, else the tensor itself."""
+    to_local = getattr(p, "to_local", None)
+    return to_local() if callable(to_local) else p
 
 
 def _chunks(idx: torch.Tensor, size: int) -> list[torch.Tensor]:
@@ -66,6 +75,29 @@ class PolicyUpdater:
         self.seed = seed
 
     # ------------------------------------------------------------------ helpers
+    def _trainable(self) -> list[torch.Tensor]:
+        """The optimizer's parameters: under FSDP2 its sharded DTensors, even while the module
+        holds gathered full parameters (as the root does after a forward pass)."""
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def _snapshot(self) -> list[torch.Tensor]:
+        """This process's part of the trainable parameters (its shards under FSDP), copied."""
+        return [_local(p).detach().clone() for p in self._trainable()]
+
+    def _update_norms(self, before: list[torch.Tensor]) -> dict[str, float]:
+        """``||theta_after - theta_before||`` and ``||theta_after||`` over the full parameters."""
+        delta = params = 0.0
+        sharded = False
+        with torch.no_grad():
+            for p, old in zip(self._trainable(), before):
+                sharded = sharded or _local(p) is not p
+                now = _local(p).detach()
+                delta += float((now.double() - old.double()).square().sum())
+                params += float(now.double().square().sum())
+        if sharded:  # each process holds different shards: sum them
+            delta, params = self._global(delta), self._global(params)
+        return {"update_norm": math.sqrt(delta), "param_norm": math.sqrt(params)}
+
     def _global(self, value: float | torch.Tensor) -> float:
         """Sum over processes."""
         t = torch.as_tensor(value, dtype=torch.float64, device=self.accelerator.device)
@@ -124,8 +156,9 @@ class PolicyUpdater:
         micro = o.micro_batch_size or mini_local
         self.model.train()
         metrics = MetricAccumulator()
+        before = self._snapshot()
         if self.ref_model is None and not any_signal:
-            return self._zero_gradient_step(o.epochs * num_mini, metrics)
+            return {**self._zero_gradient_step(o.epochs * num_mini, metrics), **self._update_norms(before)}
 
         # PPO's proximal ("old") log-probabilities are those of the weights before this
         # step's first optimizer step. With one epoch and one mini-batch every forward pass
@@ -164,9 +197,9 @@ class PolicyUpdater:
                     if ent is not None:
                         metrics.add({"entropy": Mean(float((ent * sub.loss_mask).sum()),
                                                      float(sub.loss_mask.sum()))})
-                grad_norm = 0.0
-                if o.max_grad_norm > 0:
-                    grad_norm = float(acc.clip_grad_norm_(self.model.parameters(), o.max_grad_norm))
+                # the norm before clipping; without clipping an infinite bound only measures it
+                bound = o.max_grad_norm if o.max_grad_norm > 0 else math.inf
+                grad_norm = float(acc.clip_grad_norm_(self.model.parameters(), bound))
                 # the same on every process (gradients are all-reduced): weight 1 / world each
                 metrics.add({"grad_norm": Mean(grad_norm / world, 1.0 / world)})
                 self.optimizer.step()
@@ -174,6 +207,7 @@ class PolicyUpdater:
         self.scheduler.step()
         result = metrics.reduce(acc)
         result["lr"] = float(self.scheduler.get_last_lr()[0])
+        result.update(self._update_norms(before))
         return result
 
     def _zero_gradient_step(self, optimizer_steps: int, metrics: MetricAccumulator) -> dict[str, float]:

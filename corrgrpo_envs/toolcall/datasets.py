@@ -365,6 +365,8 @@ def _bfcl_file(path: Path) -> list[Task]:
                 not expected,
                 "None of the available tools fits this request." if not expected else None,
                 tools=tools,
+                # BFCL checks its parallel categories without order (parallel_function_checker_no_order)
+                calls_in_any_order="parallel" in category,
             )
         )
     return tasks

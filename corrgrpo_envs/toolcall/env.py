@@ -119,7 +119,8 @@ class ToolCallEnv(MultiRewardEnv):
     def _act(self, action: str) -> StepOutcome:
         assert self.task is not None
         expected = self.task["expected_calls"]
-        score = score_answer(action, expected, self.task["expects_response"], self.rules)
+        score = score_answer(action, expected, self.task["expects_response"], self.rules,
+                             ordered=not self.task.get("calls_in_any_order", False))
         info: dict[str, Any] = {
             "dataset": self.task["dataset"],
             "expects_calls": bool(expected),

@@ -13,7 +13,9 @@ In reward-vector order (ranges in brackets):
    over those matches, ``V_max`` the number of expected parameters.
 4. ``format`` {0, 1}: the answer has exactly the expected shape.
 
-Rules: an exact match of the call list gives the maxima; unreadable calls
+Rules: an exact match of the call list gives the maxima (in order, or, for a task whose
+calls may come in any order, as BFCL checks its parallel categories: each expected call in
+turn takes the first unused predicted call that matches it exactly); unreadable calls
 (``predicted=None``: no tool-call block, or a line that is not a call) give the
 minima; with no expected call the three correctness rewards are 0; a vacuous
 maximum (``V_max = 0``) gives the maximum.
@@ -192,18 +194,32 @@ def match_calls(expected: Sequence[Call], predicted: Sequence[Call]) -> tuple[li
     return matches, v_max
 
 
-def calls_exactly_match(expected: Sequence[Call], predicted: Sequence[Call]) -> bool:
-    """Same calls in the same order, with exactly the expected parameters and values."""
+def _call_matches(exp: Call, pred: Call) -> bool:
+    """``pred`` is ``exp`` exactly: its name, exactly the expected parameters, accepted values."""
+    params = pred.get("parameters") or {}
+    if exp.get("name") != pred.get("name"):
+        return False
+    if sorted(_expected_keys(exp, params)) != sorted(params):
+        return False
+    return all(_value_matches(exp, k, v) for k, v in params.items())
+
+
+def calls_exactly_match(expected: Sequence[Call], predicted: Sequence[Call], ordered: bool = True) -> bool:
+    """The same calls, each with exactly the expected parameters and values.
+
+    ``ordered``: in the same order. Otherwise BFCL's rule for its parallel categories: as many
+    calls, and each expected call in turn takes the first unused predicted call that matches it.
+    """
     if len(expected) != len(predicted):
         return False
-    for exp, pred in zip(expected, predicted):
-        params = pred.get("parameters") or {}
-        if exp.get("name") != pred.get("name"):
+    if ordered:
+        return all(_call_matches(exp, pred) for exp, pred in zip(expected, predicted))
+    used: set[int] = set()
+    for exp in expected:
+        j = next((j for j, pred in enumerate(predicted) if j not in used and _call_matches(exp, pred)), None)
+        if j is None:
             return False
-        if sorted(_expected_keys(exp, params)) != sorted(params):
-            return False
-        if not all(_value_matches(exp, k, v) for k, v in params.items()):
-            return False
+        used.add(j)
     return True
 
 
@@ -231,7 +247,7 @@ def _match_precision(matches: Sequence[CallMatch], predicted: Sequence[Call]) ->
 
 
 def function_name_reward(
-    expected: Sequence[Call], predicted: Sequence[Call] | None, rules: str = "paper"
+    expected: Sequence[Call], predicted: Sequence[Call] | None, rules: str = "paper", ordered: bool = True
 ) -> float:
     """``n - 0.5``, ``n`` the multiset Jaccard of tool names (``"strict"``: times the name precision); in [-0.5, 0.5]."""
     _check_rules(rules)
@@ -239,7 +255,7 @@ def function_name_reward(
         return 0.0
     if predicted is None:
         return -0.5
-    if calls_exactly_match(expected, predicted):
+    if calls_exactly_match(expected, predicted, ordered):
         return 0.5
     names = [n if isinstance(n, str) else None for n in _names(predicted)]
     n = multiset_jaccard(_names(expected), names)
@@ -267,7 +283,7 @@ def _values_from_matches(
 
 
 def parameter_reward(
-    expected: Sequence[Call], predicted: Sequence[Call] | None, rules: str = "paper"
+    expected: Sequence[Call], predicted: Sequence[Call] | None, rules: str = "paper", ordered: bool = True
 ) -> float:
     """``2 p / P_max - 1`` over the greedy matches (``"strict"``: ``p / P_max`` times the match precision); in [-1, 1]."""
     _check_rules(rules)
@@ -275,14 +291,14 @@ def parameter_reward(
         return 0.0
     if predicted is None:
         return -1.0
-    if calls_exactly_match(expected, predicted):
+    if calls_exactly_match(expected, predicted, ordered):
         return 1.0
     matches, _ = match_calls(expected, predicted)
     return _parameter_from_matches(expected, predicted, matches, rules)
 
 
 def values_reward(
-    expected: Sequence[Call], predicted: Sequence[Call] | None, rules: str = "paper"
+    expected: Sequence[Call], predicted: Sequence[Call] | None, rules: str = "paper", ordered: bool = True
 ) -> float:
     """``3 v / V_max - 1.5`` over the greedy matches, 1.5 when ``V_max = 0`` (``"strict"``: ``v / V_max``
     times the match precision); in [-1.5, 1.5]."""
@@ -291,25 +307,25 @@ def values_reward(
         return 0.0
     if predicted is None:
         return -1.5
-    if calls_exactly_match(expected, predicted):
+    if calls_exactly_match(expected, predicted, ordered):
         return 1.5
     matches, v_max = match_calls(expected, predicted)
     return _values_from_matches(predicted, matches, v_max, rules)
 
 
 def _correctness_rewards(
-    expected: Sequence[Call], predicted: Sequence[Call] | None, rules: str
+    expected: Sequence[Call], predicted: Sequence[Call] | None, rules: str, ordered: bool = True
 ) -> tuple[float, float, float]:
     """The three correctness rewards with one matching (what the three functions give one by one)."""
-    if not expected or predicted is None or calls_exactly_match(expected, predicted):
+    if not expected or predicted is None or calls_exactly_match(expected, predicted, ordered):
         return (
-            function_name_reward(expected, predicted, rules),
-            parameter_reward(expected, predicted, rules),
-            values_reward(expected, predicted, rules),
+            function_name_reward(expected, predicted, rules, ordered),
+            parameter_reward(expected, predicted, rules, ordered),
+            values_reward(expected, predicted, rules, ordered),
         )
     matches, v_max = match_calls(expected, predicted)
     return (
-        function_name_reward(expected, predicted, rules),
+        function_name_reward(expected, predicted, rules, ordered),
         _parameter_from_matches(expected, predicted, matches, rules),
         _values_from_matches(predicted, matches, v_max, rules),
     )
@@ -331,10 +347,12 @@ class AnswerScore:
 
 
 def score_answer(
-    answer: str, expected_calls: Sequence[Call], expects_response: bool, rules: str = "paper"
+    answer: str, expected_calls: Sequence[Call], expects_response: bool, rules: str = "paper",
+    ordered: bool = True,
 ) -> AnswerScore:
     """Score an answer against the expected calls (``[]``: no call expected) under a rule set
-    of :data:`RULE_SETS`; never raises on any answer."""
+    of :data:`RULE_SETS`; ``ordered=False``: the calls may come in any order (BFCL's parallel
+    categories). Never raises on any answer."""
     _check_rules(rules)
     parsed = parse_answer(answer)
     error: str | None = None
@@ -344,7 +362,7 @@ def score_answer(
         error = parsed.errors[0] if parsed.errors else "no <tool_call> block"
     elif parsed.think is None and not parsed.num_tool_blocks and parsed.response is None:
         error = "answer has no <think>, <tool_call> or <response> block"
-    name_r, parameter_r, values_r = _correctness_rewards(expected_calls, predicted, rules)
+    name_r, parameter_r, values_r = _correctness_rewards(expected_calls, predicted, rules, ordered)
     rewards = {
         "function_name": name_r,
         "parameter": parameter_r,

@@ -1,0 +1,56 @@
+"""``corrgrpo sweep CONFIG --weights simplex:N|FILE --seeds S``: a grid of runs and its Pareto front."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainer.commands import add_config_arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser, "train.steps=10 rollout.max_new_tokens=16")
+    parser.add_argument("--weights", required=True,
+                        help="simplex:N (every weighting with steps of 1/N, per unit of each component's range) "
+                             "or a JSON/YAML file with a list of algorithm.reward_weights values")
+    parser.add_argument("--seeds", type=int, required=True, help="seeds 0..S-1 per weighting")
+    parser.add_argument("--estimators", default=None, help="comma-separated (default: the config's)")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once (each its own process)")
+    parser.add_argument("--out", default=None, help="sweep folder (default: runs/sweep-<config name>)")
+    parser.add_argument("--save-every", type=int, default=None,
+                        help="checkpoint every N steps so a torn run resumes (default: steps / 4)")
+    parser.add_argument("--eval-limit", type=int, default=None, help="evaluate on the first N eval tasks only")
+
+
+def run(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from trainer.config import ConfigError
+    from trainer.sweep import run_sweep
+
+    if args.seeds < 1 or args.parallel < 1:
+        print("error: --seeds and --parallel must be >= 1")
+        return 2
+    estimators = [e for e in args.estimators.split(",") if e] if args.estimators else None
+    try:
+        front = run_sweep(args.config, args.overrides, args.weights, args.seeds, estimators,
+                          parallel=args.parallel, out=args.out, save_every=args.save_every,
+                          eval_limit=args.eval_limit)
+    except (ConfigError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}")
+        return 2
+    except subprocess.CalledProcessError as exc:
+        print(f"error: a run failed ({exc}); see sweep.log in its folder; run the same command again to resume")
+        return 1
+    names = front["names"]
+    print(f"{'estimator':<12} {'w':>3}  " + "  ".join(f"{n[:14]:>14}" for n in names) + "  front")
+    for p in front["points"]:
+        cells = []
+        for n in names:
+            c = p["percent"][n]
+            cells.append(f"{c['mean']:6.1f}±{c['ci95']:<6.1f}" if c["ci95"] is not None else f"{c['mean']:6.1f}       ")
+        print(f"{p['estimator']:<12} {p['weighting']:>3}  " + "  ".join(f"{c:>14}" for c in cells)
+              + ("  *" if p["non_dominated"] else ""))
+    print(f"hypervolume (percent^{len(names)}, reference 0 %): {front['hypervolume']:.1f}; "
+          + ", ".join(f"{e} {v:.1f}" for e, v in front["hypervolume_by_estimator"].items()))
+    print(f"wall time {front['wall_seconds']:.0f} s; runs {front['runs_done']}")
+    return 0
