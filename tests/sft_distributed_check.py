@@ -1,6 +1,8 @@
 """Run a few SFT steps and dump the losses and parameters (for the 2-process SFT test).
 
 Usage: ``[accelerate launch --multi_gpu --num_processes 2] python tests/sft_distributed_check.py OUT.pt DATA.jsonl``
+(or ``accelerate launch --config_file env_configs/accelerate/fsdp_cpu.yaml ...`` for FSDP2: the
+run then also writes its checkpoint and final model, which are compared with the one-process run's).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import sys
 
 import torch
 
+from trainer.fsdp import full_state_dict, is_sharded
 from trainer.sft import SFTTrainer, sft_config_from_dict
 
 
@@ -32,10 +35,14 @@ def main(out: str, data: str) -> None:
     trainer = SFTTrainer(cfg)
     records = [trainer.train_step(step) for step in range(cfg.train.steps)]
     evaluation = trainer.evaluate()
+    params = full_state_dict(trainer.unwrapped)  # a collective under FSDP
+    trainer.save(cfg.train.steps)
+    trainer.context.save_model(trainer.output_dir / "model")
     if trainer.accelerator.is_main_process:
-        params = {k: v.detach().clone() for k, v in trainer.unwrapped.state_dict().items()}
+        params = {k: v.detach().clone() for k, v in params.items()}
         torch.save({"records": json.dumps(records), "eval": evaluation, "params": params,
-                    "world": trainer.world}, out)
+                    "world": trainer.world, "sharded": is_sharded(trainer.unwrapped),
+                    "run": str(trainer.output_dir)}, out)
     trainer.accelerator.wait_for_everyone()
 
 

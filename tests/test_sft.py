@@ -183,9 +183,19 @@ def test_lora_trains_only_adapters_and_saves_merged(tmp_path, data):
         assert (folder / "lora_adapter" / "adapter_model.safetensors").is_file()
 
 
+_LAUNCH = {
+    "ddp": ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+            "--dynamo_backend", "no"],
+    # the same FSDP2 config `corrgrpo train` runs under (tests/test_fsdp.py)
+    "fsdp": ["--config_file", str(ROOT / "env_configs" / "accelerate" / "fsdp_cpu.yaml")],
+}
+
+
 @pytest.mark.slow
-def test_two_processes_match_one(tmp_path, data):
-    """accelerate launch with 2 CPU processes (gloo) gives the same losses and parameters."""
+@pytest.mark.parametrize("launch", sorted(_LAUNCH))
+def test_two_processes_match_one(tmp_path, data, launch):
+    """accelerate launch with 2 CPU processes (gloo; DDP, or FSDP2 sharding) gives the same losses
+    and parameters, and the sharded run writes a plain model folder with the same weights."""
     launcher = Path(sys.executable).parent / "accelerate"
     if not launcher.exists() and shutil.which("accelerate") is None:
         pytest.skip("the accelerate launcher is not installed")
@@ -194,13 +204,19 @@ def test_two_processes_match_one(tmp_path, data):
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     subprocess.run([sys.executable, script, str(one), str(data)], check=True, env=env, cwd=ROOT, timeout=600)
     subprocess.run(
-        [str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-         "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29531",
-         script, str(two), str(data)],
+        [str(launcher), "launch", *_LAUNCH[launch], "--main_process_port", "29531", script, str(two), str(data)],
         check=True, env=env, cwd=ROOT, timeout=600,
     )
     a, b = torch.load(one), torch.load(two)
     assert a["world"] == 1 and b["world"] == 2
+    assert (a["sharded"], b["sharded"]) == (False, launch == "fsdp")
+    if launch == "fsdp":
+        from transformers import AutoModelForCausalLM
+
+        assert (Path(b["run"]) / "checkpoint-3" / "sharded" / ".metadata").is_file()
+        plain = AutoModelForCausalLM.from_pretrained(Path(b["run"]) / "model").state_dict()
+        for name, value in b["params"].items():
+            torch.testing.assert_close(plain[name], value, rtol=0, atol=0)
     for x, y in zip(json.loads(a["records"]), json.loads(b["records"])):
         assert x["trained_tokens"] == y["trained_tokens"]
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-5)

@@ -37,7 +37,9 @@ __all__ = [
     "AlgorithmConfig",
     "RolloutConfig",
     "RolloutServerConfig",
+    "OptimizerConfig",
     "OptimConfig",
+    "RunConfig",
     "TrainConfig",
     "ConfigError",
     "LOSS_AGG_MODES",
@@ -251,7 +253,9 @@ class RolloutConfig:
 
 
 @dataclass
-class OptimConfig:
+class OptimizerConfig:
+    """The optimizer and learning-rate schedule: the part of ``optim`` every command shares."""
+
     lr: float = num_field(1e-3, Range(low=0, low_open=True))
     """Peak learning rate of AdamW."""
     weight_decay: float = num_field(0.0, _NON_NEGATIVE)
@@ -263,9 +267,15 @@ class OptimConfig:
     schedule: Literal["constant", "linear", "cosine"] = "linear"
     """Learning-rate schedule after warmup (linear and cosine decay to 0 at the last step)."""
     warmup_steps: int = num_field(0, _NON_NEGATIVE)
-    """Linear warmup steps."""
+    """Linear warmup steps: the learning rate is lr/N, 2 lr/N, ..., lr over the first N steps."""
     max_grad_norm: float = num_field(1.0, Range(low=0, note="(0 disables clipping)"))
     """Gradient clipping norm (0 disables)."""
+
+
+@dataclass
+class OptimConfig(OptimizerConfig):
+    """``corrgrpo train``'s ``optim``: the shared optimizer settings and the update's batching."""
+
     epochs: int = num_field(1, _POSITIVE_INT)
     """Update epochs over each batch of rollouts."""
     mini_batch_size: int | None = num_field(None, Range(low=1, note="(or null: the whole batch)"))
@@ -275,13 +285,16 @@ class OptimConfig:
 
 
 @dataclass
-class TrainConfig:
+class RunConfig:
+    """The part of ``train`` every command shares: length, seed, run folder, checkpoints, output."""
+
     steps: int = num_field(50, _POSITIVE_INT)
-    """Number of training steps (one batch of P x G rollouts each)."""
+    """Number of optimizer steps (train: one batch of P x G rollouts each)."""
     seed: int = num_field(0, Range(low=0, high=2**63 - 1))
-    """Seed of the model init, task order and sampling."""
+    """Seed of the model init, task or example order, and sampling."""
     output_dir: str | None = None
-    """Run folder (default: ``runs/<config name>-<estimator>-s<seed>``)."""
+    """Run folder (default: ``runs/<config name>-<estimator>-s<seed>`` for train,
+    ``runs/<config name>-sft-s<seed>`` for sft)."""
     save_every: int = num_field(0, Range(low=0, note="(0: only at the end)"))
     """Save a checkpoint every N steps (0: only at the end)."""
     save_final: bool = True
@@ -294,6 +307,12 @@ class TrainConfig:
     """Also write TensorBoard event files."""
     cpu: bool = False
     """Force the CPU even when a GPU is available."""
+
+
+@dataclass
+class TrainConfig(RunConfig):
+    """``corrgrpo train``'s ``train``: the shared run settings, the task split and logged samples."""
+
     split: Literal["train", "eval", "all"] = "train"
     """Task split to train on (given to the environment)."""
     log_samples: int = num_field(1, _NON_NEGATIVE)
@@ -406,21 +425,33 @@ def _moved(key: str) -> None:
         raise ConfigError(f"{key}: this setting belongs in {MOVED_KEYS[key]}; set it there")
 
 
-def build_config(cls: type, data: Any, prefix: str = "") -> Any:
+def _default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def build_config(cls: type, data: Any, prefix: str = "", base: Any = None) -> Any:
+    """``cls`` from a mapping; a section's keys are set over its default (``base``), so a
+    command's own defaults for a shared section (e.g. sft's ``optim.lr``) stay in force."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in data.items():
         full = f"{prefix}.{key}" if prefix else str(key)
         _moved(full)
         if key not in fields:
             raise ConfigError(f"unknown key {full!r}; allowed keys: {', '.join(sorted(fields))}")
-        kwargs[key] = _coerce(value, hints[key], full)
-    return cls(**kwargs)
+        if dataclasses.is_dataclass(hints[key]):
+            section_base = getattr(base, key) if base is not None else _default(fields[key])
+            kwargs[key] = build_config(hints[key], value, full, base=section_base)
+        else:
+            kwargs[key] = _coerce(value, hints[key], full)
+    return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
 
 
 def check_ranges(obj: Any, prefix: str) -> None:

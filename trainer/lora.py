@@ -191,10 +191,11 @@ def merged_state_dict(model: Any, with_values: bool = True) -> dict[str, Any]:
     return out
 
 
-def save_merged(model: Any, folder: str | Path, tokenizer: Any = None) -> Path:
+def save_merged(model: Any, folder: str | Path, tokenizer: Any = None, state_dict: dict[str, Any] | None = None) -> Path:
     """Write ``model`` as a plain transformers folder (merged weights for a LoRA model).
 
-    A LoRA model's adapter goes to ``folder/lora_adapter/`` as well.
+    A LoRA model's adapter goes to ``folder/lora_adapter/`` as well. ``state_dict``: the
+    weights to write for a model without adapters (e.g. gathered from FSDP shards).
     """
     folder = Path(folder)
     model = getattr(model, "module", model)
@@ -205,7 +206,7 @@ def save_merged(model: Any, folder: str | Path, tokenizer: Any = None) -> Path:
 
         peft.PeftModel.save_pretrained(model, folder / ADAPTER_FOLDER, safe_serialization=True)
     else:
-        model.save_pretrained(folder, safe_serialization=True)
+        model.save_pretrained(folder, safe_serialization=True, state_dict=state_dict)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
     return folder

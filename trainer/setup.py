@@ -1,10 +1,12 @@
-"""Building a run's parts from its config: environment, rewards, model, optimizer, loss.
+"""Building an RL run's own parts from its config: environment, rewards, reference model, loss.
 
 Each function reads the config sections it needs and returns one part; the
 trainer calls them in order. The trainer owns the task split, the turn limit
 and the reward weights: :func:`env_kwargs` hands the split (and the turn limit,
 to envs that take one) to the environment, and :func:`reward_setup` reads the
 reward names and default weights from the vector env, not from a separate env.
+The model, optimizer and run folder every command shares come from
+:class:`trainer.run_context.RunContext`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -20,23 +21,18 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from agents.models import load_model
 from agents.policy import SamplingParams
 from corrgrpo_envs.vector import GroupedVectorEnv
 from trainer.config import Config
 from trainer.entry_points import load_entry_point
-from trainer.lora import apply_lora
 from trainer.losses import LossConfig, get_loss, resolve_loss_config
 from trainer.reward_weights import RewardWeights, resolve_reward_weights
 
 __all__ = [
     "build_loss",
-    "build_model",
-    "build_optimizer",
     "build_reference",
     "build_vector_env",
     "env_kwargs",
-    "lr_lambda",
     "reward_setup",
     "sampling_params",
 ]
@@ -108,56 +104,11 @@ def reward_setup(cfg: Config, venv: GroupedVectorEnv) -> tuple[list[str], Reward
     return names, weights
 
 
-def build_model(cfg: Config) -> tuple[torch.nn.Module, Any]:
-    """The policy model and its tokenizer, ready for the optimizer."""
-    kwargs: dict[str, Any] = {"dtype": getattr(torch, cfg.model.dtype)}
-    if cfg.model.tokenizer_file:
-        kwargs["tokenizer_file"] = cfg.model.tokenizer_file
-    model, tokenizer = load_model(cfg.model.name_or_path, **kwargs)
-    if cfg.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    # model adapters (e.g. LoRA) wrap the model here, before the optimizer sees its parameters
-    model = apply_lora(model, cfg.model.lora)
-    return model, tokenizer
-
-
 def build_reference(model: torch.nn.Module, cfg: Config, device: torch.device) -> torch.nn.Module | None:
     """A frozen copy of the initial model for the KL term, or None without one."""
     if cfg.algorithm.kl_beta <= 0:
         return None
     return copy.deepcopy(model).eval().requires_grad_(False).to(device)
-
-
-def lr_lambda(schedule: str, warmup: int, total: int) -> Callable[[int], float]:
-    """The learning-rate factor of each step: linear warmup, then constant/linear/cosine."""
-
-    def fn(step: int) -> float:
-        if warmup > 0 and step < warmup:
-            return (step + 1) / warmup
-        if schedule == "constant":
-            return 1.0
-        progress = (step - warmup) / max(1, total - warmup)
-        if schedule == "linear":
-            return max(0.0, 1.0 - progress)
-        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-    return fn
-
-
-def build_optimizer(model: torch.nn.Module, cfg: Config) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW over the trainable parameters and its learning-rate schedule."""
-    o = cfg.optim
-    optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=o.lr,
-        betas=(o.betas[0], o.betas[1]),
-        eps=o.adam_eps,
-        weight_decay=o.weight_decay,
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(o.schedule, o.warmup_steps, cfg.train.steps)
-    )
-    return optimizer, scheduler
 
 
 def build_loss(cfg: Config) -> tuple[Callable[..., Any], LossConfig]:

@@ -23,7 +23,6 @@ Read top to bottom, a run is:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from contextlib import nullcontext
@@ -38,7 +37,9 @@ from agents.episode import Episode
 from trainer.config import (
     ConfigError,
     ModelConfig,
+    OptimizerConfig,
     Range,
+    RunConfig,
     build_config,
     check_ranges,
     num_field,
@@ -49,7 +50,6 @@ from trainer.progress import TrainProgress
 __all__ = [
     "SFTConfig",
     "SFTDataConfig",
-    "SFTOptimConfig",
     "SFTTrainConfig",
     "SFTTrainer",
     "load_sft_config",
@@ -90,27 +90,9 @@ class SFTDataConfig:
 
 
 @dataclass
-class SFTOptimConfig:
-    lr: float = num_field(2e-5, Range(low=0, low_open=True))
-    """Peak learning rate of AdamW."""
-    weight_decay: float = num_field(0.0, Range(low=0))
-    """AdamW weight decay."""
-    betas: list[float] = num_field([0.9, 0.999], Range(low=0, high=1, high_open=True), length=2)
-    """AdamW betas (two numbers in [0, 1))."""
-    adam_eps: float = num_field(1e-8, Range(low=0, low_open=True))
-    """AdamW epsilon."""
-    schedule: Literal["constant", "linear", "cosine"] = "linear"
-    """Learning-rate schedule after warmup (linear and cosine decay to 0 at the last step)."""
-    warmup_steps: int = num_field(0, Range(low=0))
-    """Linear warmup steps."""
-    max_grad_norm: float = num_field(1.0, Range(low=0, note="(0 disables clipping)"))
-    """Gradient clipping norm (0 disables)."""
+class SFTTrainConfig(RunConfig):
+    """``corrgrpo sft``'s ``train``: the shared run settings and how batches are formed."""
 
-
-@dataclass
-class SFTTrainConfig:
-    steps: int = num_field(100, Range(low=1))
-    """Optimizer steps."""
     batch_size: int = num_field(16, Range(low=1))
     """Examples per optimizer step, over all processes (must divide by the number of processes)."""
     micro_batch_tokens: int = num_field(4096, Range(low=1))
@@ -121,24 +103,8 @@ class SFTTrainConfig:
     (attention stays inside each example; cheap with FlashAttention's variable-length kernels,
     quadratic in the row length otherwise); ``padded``: length-bucketed rows (longest first,
     little padding); ``auto``: packed under FlashAttention, padded otherwise."""
-    seed: int = num_field(0, Range(low=0, high=2**63 - 1))
-    """Seed of the example order and of dropout."""
-    output_dir: str | None = None
-    """Run folder (default: ``runs/<config name>-sft-s<seed>``)."""
     eval_every: int = num_field(0, Range(low=0))
     """Evaluate every N steps (0: before the first and after the last step only)."""
-    save_every: int = num_field(0, Range(low=0, note="(0: only at the end)"))
-    """Save a checkpoint every N steps (0: only at the end)."""
-    save_final: bool = True
-    """Save a checkpoint after the last step (the final model is written to ``model/`` anyway)."""
-    resume: str | None = None
-    """Checkpoint folder to resume from, or ``auto`` for the latest one in the run folder."""
-    progress: bool = True
-    """Show a progress bar."""
-    tensorboard: bool = True
-    """Also write TensorBoard event files."""
-    cpu: bool = False
-    """Force the CPU even when a GPU is available."""
     torch_threads: int | None = num_field(None, Range(low=1, note="(or null: automatic)"))
     """Torch threads per process (default: this process's share of the cores; see
     ``trainer.threads``)."""
@@ -150,8 +116,8 @@ class SFTConfig:
     """The environment (``source: env``): ``id`` plus its keyword arguments, as in ``corrgrpo train``."""
     model: ModelConfig = field(default_factory=ModelConfig)
     data: SFTDataConfig = field(default_factory=SFTDataConfig)
-    optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
-    train: SFTTrainConfig = field(default_factory=SFTTrainConfig)
+    optim: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=2e-5))
+    train: SFTTrainConfig = field(default_factory=lambda: SFTTrainConfig(steps=100))
     name: str = "sft"
     """Name of the run (default: the config file's stem)."""
 
@@ -309,10 +275,6 @@ def token_loss(model: Any, examples: list[Episode], device: torch.device) -> tup
     return ce, correct, int(targets.numel())
 
 
-def _schedule_name(schedule: str) -> str:
-    return {"constant": "constant_with_warmup"}.get(schedule, schedule)
-
-
 class _SFTProgress(TrainProgress):
     """The training progress bar, showing the loss instead of rewards."""
 
@@ -336,68 +298,35 @@ class SFTTrainer:
     """
 
     def __init__(self, cfg: SFTConfig, accelerator: Any = None):
-        from accelerate import Accelerator
-        from accelerate.utils import set_seed
-
-        from agents.models import load_model
-        from trainer.lora import apply_lora, trainable_parameters
-        from trainer.run_logger import RunLogger
+        from trainer.lora import trainable_parameters
+        from trainer.run_context import RunContext
         from trainer.sampler import TaskSampler
         from trainer.threads import configure_threads
 
         self.cfg = cfg
         t = cfg.train
-        use_cpu = t.cpu or not torch.cuda.is_available()
-        self.accelerator = accelerator or Accelerator(cpu=use_cpu)
-        acc = self.accelerator
-        self.rank, self.world = acc.process_index, acc.num_processes
-        if t.batch_size % self.world:
-            raise ValueError(
-                f"train.batch_size={t.batch_size} must be divisible by the number of processes ({self.world})"
-            )
-        self.output_dir = Path(t.output_dir or Path("runs") / f"{cfg.name}-sft-s{t.seed}")
+        self.context = run = RunContext(
+            model=cfg.model, optim=cfg.optim, run=t, config=dataclasses.asdict(cfg), accelerator=accelerator,
+            output_dir=Path(t.output_dir or Path("runs") / f"{cfg.name}-sft-s{t.seed}"),
+        )
+        self.accelerator, self.rank, self.world, self.output_dir = run.accelerator, run.rank, run.world, run.output_dir
+        run.per_process("train.batch_size", t.batch_size)
         self.torch_threads = configure_threads(t.torch_threads)
-        set_seed(t.seed)
 
-        kwargs: dict[str, Any] = {"dtype": getattr(torch, cfg.model.dtype)}
-        if cfg.model.tokenizer_file:
-            kwargs["tokenizer_file"] = cfg.model.tokenizer_file
-        model, self.tokenizer = load_model(cfg.model.name_or_path, **kwargs)
-        if cfg.model.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-        model = apply_lora(model, cfg.model.lora)
+        model, self.tokenizer = run.build_model()
         self.trainable, self.total_params = trainable_parameters(model)
 
         self.train_examples, self.eval_examples, self.data_stats = self._load_data()
         self.sampler = TaskSampler([str(i) for i in range(len(self.train_examples))], t.batch_size, t.seed)
 
-        from transformers import get_scheduler
-
-        o = cfg.optim
-        optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad],
-            lr=o.lr,
-            betas=tuple(o.betas),
-            eps=o.adam_eps,
-            weight_decay=o.weight_decay,
-        )
-        self.scheduler = get_scheduler(
-            _schedule_name(o.schedule), optimizer, num_warmup_steps=o.warmup_steps, num_training_steps=t.steps
-        )
-        self.model, self.optimizer = acc.prepare(model, optimizer)
-        self.unwrapped = acc.unwrap_model(self.model)
+        self.model, self.optimizer, self.scheduler = run.prepare(model)
+        self.unwrapped = run.unwrapped
         attn = str(getattr(getattr(self.unwrapped, "config", None), "_attn_implementation", "") or "")
         self.packed = t.packing == "packed" or (t.packing == "auto" and attn.startswith("flash"))
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.tokenizer.eos_token_id or 0)
-        self.start_step = 0
-        self.logger = RunLogger(self.output_dir, tensorboard=t.tensorboard, enabled=acc.is_main_process)
-        if t.resume:
-            self._resume(t.resume)
-        if acc.is_main_process:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.output_dir / "config.json", "w", encoding="utf-8") as f:
-                json.dump(dataclasses.asdict(cfg), f, indent=2)
+        _, self.start_step = run.start()
+        self.logger = run.logger
 
     # -------------------------------------------------------------------- data
     def _load_data(self) -> tuple[list[Episode], list[Episode], dict[str, Any]]:
@@ -455,23 +384,22 @@ class SFTTrainer:
         record.update(summarize(eval_examples, eval_stats).to_dict("data/eval"))
         return train, eval_examples, record
 
-    # ------------------------------------------------------------------ resume
-    def _resume(self, where: str) -> None:
-        from trainer.checkpoint import latest_checkpoint, load_checkpoint
-        from trainer.lora import restore_adapter
-
-        path = latest_checkpoint(self.output_dir) if where == "auto" else Path(where)
-        if path is None:
-            return  # nothing saved yet: start from scratch
-        state = load_checkpoint(path, self.unwrapped, self.optimizer, self.scheduler, rank=self.rank)
-        restore_adapter(self.unwrapped, path)
-        self.start_step = int(state["step"])
-        self.logger.truncate_after(self.start_step)
-
     # -------------------------------------------------------------------- step
     def _groups(self, examples: list[Episode]) -> list[list[Episode]]:
         budget = self.cfg.train.micro_batch_tokens
         return pack_examples(examples, budget) if self.packed else bucket_examples(examples, budget)
+
+    def _passes(self, groups: list[list[Episode]]) -> list[list[Episode]]:
+        """``groups``, and under FSDP stand-in passes up to the most any process makes: there
+        each forward pass gathers the weights from every process, so all must make as many.
+        The stand-ins repeat the first training example; callers give them no weight."""
+        from trainer.fsdp import is_sharded
+
+        if not is_sharded(self.unwrapped):
+            return groups
+        count = torch.tensor([len(groups)], device=self.accelerator.device)
+        most = int(self.accelerator.gather(count).max())
+        return groups + [[self.train_examples[0]]] * (most - len(groups))
 
     def _loss(self, model: Any, group: list[Episode]) -> tuple[torch.Tensor, torch.Tensor, int]:
         if self.packed:
@@ -490,12 +418,15 @@ class SFTTrainer:
         # DDP averages gradients over processes, so each process scales its sum by world
         scale = self.world / denominator
         groups = self._groups(mine)
+        passes = self._passes(groups)
         self.model.train()
         sums = torch.zeros(3, dtype=torch.float64, device=acc.device)
-        for j, group in enumerate(groups):
-            sync = j == len(groups) - 1
+        for j, group in enumerate(passes):
+            sync = j == len(passes) - 1
             with nullcontext() if sync else acc.no_sync(self.model):
                 ce, correct, n = self._loss(self.model, group)
+                if j >= len(groups):  # a stand-in pass (FSDP): its gradient is zero
+                    ce, correct, n = ce * 0.0, correct * 0, 0
                 acc.backward(ce * scale)
             sums += torch.stack([ce.detach().double(), correct.double(), torch.tensor(float(n), device=acc.device, dtype=torch.float64)])
         grad_norm = torch.zeros(())
@@ -532,8 +463,11 @@ class SFTTrainer:
         was_training = self.unwrapped.training
         self.unwrapped.eval()
         sums = torch.zeros(3, dtype=torch.float64, device=acc.device)
-        for group in self._groups(mine):
+        groups = self._groups(mine)
+        for j, group in enumerate(self._passes(groups)):
             ce, correct, n = self._loss(self.unwrapped, group)
+            if j >= len(groups):  # a stand-in pass (FSDP)
+                continue
             sums += torch.tensor([float(ce), float(correct), float(n)], dtype=torch.float64, device=acc.device)
         self.unwrapped.train(was_training)
         if self.world > 1:
@@ -546,51 +480,27 @@ class SFTTrainer:
     # -------------------------------------------------------------------- loop
     def train(self) -> Path:
         """Run the remaining steps; returns the run folder."""
-        from trainer.lora import save_merged
-
-        cfg, acc = self.cfg, self.accelerator
-        steps = cfg.train.steps
-        progress = _SFTProgress(steps, enabled=cfg.train.progress and acc.is_main_process, start=self.start_step)
+        run = self.context
         if self.start_step == 0:
-            first = {"step": 0, **self.data_stats, "parameters/trainable": self.trainable,
-                     "parameters/total": self.total_params, **self.evaluate()}
-            if acc.is_main_process:
-                self.logger.log(first)
-        with progress:
-            for step in range(self.start_step, steps):
-                record = self.train_step(step)
-                last = step + 1 == steps
-                every = cfg.train.eval_every
-                if last or (every and (step + 1) % every == 0):
-                    record.update(self.evaluate())
-                if acc.is_main_process:
-                    self.logger.log(record)
-                progress.update(step + 1, record)
-                if (cfg.train.save_every and (step + 1) % cfg.train.save_every == 0) or (
-                    last and cfg.train.save_final
-                ):
-                    self.save(step + 1)
-        acc.wait_for_everyone()
-        if acc.is_main_process:
-            save_merged(self.unwrapped, self.output_dir / "model", self.tokenizer)
-        self.logger.close()
-        acc.wait_for_everyone()
+            run.log({"step": 0, **self.data_stats, "parameters/trainable": self.trainable,
+                     "parameters/total": self.total_params, **self.evaluate()})
+        run.run_steps(self.start_step, self._step_and_log, self.save, _SFTProgress)
+        run.save_model(self.output_dir / "model")
+        run.close()
         return self.output_dir
+
+    def _step_and_log(self, step: int) -> dict[str, Any]:
+        """A step, the held-out numbers when due (``train.eval_every``, the last step), logged."""
+        record = self.train_step(step)
+        every = self.cfg.train.eval_every
+        if step + 1 == self.cfg.train.steps or (every and (step + 1) % every == 0):
+            record.update(self.evaluate())
+        self.context.log(record)
+        return record
 
     def save(self, step: int) -> Path:
         """Write a checkpoint of the state after ``step`` steps."""
-        from trainer.checkpoint import save_run_checkpoint
-
-        return save_run_checkpoint(
-            self.output_dir,
-            step,
-            accelerator=self.accelerator,
-            model=self.unwrapped,
-            tokenizer=self.tokenizer,
-            optimizer=self.optimizer,
-            scheduler=self.scheduler,
-            config=dataclasses.asdict(self.cfg),
-        )
+        return self.context.save(step)
 
 
 def sft(cfg: SFTConfig) -> Path:

@@ -22,9 +22,7 @@ The parts are built by the small functions of ``trainer.setup``.
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import time
 from pathlib import Path
 from typing import Any
@@ -37,14 +35,10 @@ from accelerate.utils import gather_object
 from trainer import setup
 from trainer.advantages import AdvantageResult, compute_advantages
 from trainer.attribution import attribute, attribution_metrics
-from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_run_checkpoint
 from trainer.config import Config, config_to_dict
 from trainer.engines import make_engine
-from trainer.fsdp import build_accelerator
-from trainer.lora import restore_adapter
 from trainer.overlap import OverlappedRollouts, overlap_threads
 from trainer.policy_forward import pack_episodes
-from trainer.progress import TrainProgress
 from trainer.reward_gates import RewardGates
 from trainer.reward_metrics import reward_metrics
 from trainer.rollout import (
@@ -54,18 +48,12 @@ from trainer.rollout import (
     overlong_penalty,
     play_episodes,
 )
-from trainer.run_logger import RunLogger
+from trainer.run_context import RunContext
 from trainer.sampler import TaskSampler, mix_seed
 from trainer.threads import configure_threads
 from trainer.update import PolicyUpdater
 
 __all__ = ["Trainer", "train"]
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 class Trainer:
@@ -78,19 +66,13 @@ class Trainer:
 
     def __init__(self, cfg: Config, accelerator: Accelerator | None = None):
         self.cfg = cfg
-        self.accelerator = acc = accelerator or build_accelerator(cpu=cfg.train.cpu or not torch.cuda.is_available())
-        self.rank, self.world = acc.process_index, acc.num_processes
         a = cfg.algorithm
-        if a.prompts_per_step % self.world:
-            raise ValueError(
-                f"algorithm.prompts_per_step={a.prompts_per_step} must be divisible by the "
-                f"number of processes ({self.world})"
-            )
-        self.groups_per_process = a.prompts_per_step // self.world
-        self.output_dir = Path(
-            cfg.train.output_dir or Path("runs") / f"{cfg.name}-{a.estimator}-s{cfg.train.seed}"
+        self.context = run = RunContext(
+            model=cfg.model, optim=cfg.optim, run=cfg.train, config=config_to_dict(cfg), accelerator=accelerator,
+            output_dir=Path(cfg.train.output_dir or Path("runs") / f"{cfg.name}-{a.estimator}-s{cfg.train.seed}"),
         )
-        _seed_everything(cfg.train.seed)
+        self.accelerator, self.rank, self.world, self.output_dir = run.accelerator, run.rank, run.world, run.output_dir
+        self.groups_per_process = run.per_process("algorithm.prompts_per_step", a.prompts_per_step)
 
         r = cfg.rollout  # threads first: reward worker processes inherit their OMP/MKL settings
         self.torch_threads = configure_threads(r.torch_threads, r.reward_workers, r.reward_executor)
@@ -104,15 +86,14 @@ class Trainer:
         self.gates = RewardGates(a.reward_gates, self.venv.reward_names, space.low, space.high)
         self.sampler = TaskSampler(self.venv.task_ids, a.prompts_per_step, cfg.train.seed)
 
-        model, self.tokenizer = setup.build_model(cfg)
-        ref_model = setup.build_reference(model, cfg, acc.device)
-        optimizer, self.scheduler = setup.build_optimizer(model, cfg)
-        self.model, self.optimizer = acc.prepare(model, optimizer)
-        self.unwrapped = acc.unwrap_model(self.model)
+        model, self.tokenizer = run.build_model()
+        ref_model = setup.build_reference(model, cfg, self.accelerator.device)
+        self.model, self.optimizer, self.scheduler = run.prepare(model)
+        self.unwrapped = run.unwrapped
         self.engine = make_engine(cfg.rollout.backend, self.unwrapped, self.tokenizer, cfg)
         loss_fn, loss_cfg = setup.build_loss(cfg)
         self.updater = PolicyUpdater(
-            self.model, self.optimizer, self.scheduler, acc, loss_fn, loss_cfg, cfg.optim,
+            self.model, self.optimizer, self.scheduler, self.accelerator, loss_fn, loss_cfg, cfg.optim,
             ref_model=ref_model, tis_cap=a.tis_cap, seed=cfg.train.seed,
         )
         self.sampling = setup.sampling_params(cfg)
@@ -127,30 +108,17 @@ class Trainer:
                 threads=worker_threads,
             )
 
-        self.logger = RunLogger(self.output_dir, tensorboard=cfg.train.tensorboard, enabled=acc.is_main_process)
-        self.start_step = self._resume(cfg.train.resume) if cfg.train.resume else 0
-        if acc.is_main_process:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.output_dir / "config.json", "w", encoding="utf-8") as f:
-                json.dump(config_to_dict(cfg), f, indent=2)
+        resumed, self.start_step = run.start()
+        self.logger = run.logger
+        if resumed is not None:  # the engine and the overlapped batch follow the restored state
+            self.engine.sync_weights(self.unwrapped)
+            if self.overlap is not None:
+                self.overlap.load(resumed, self.rank)
 
     @property
     def policy(self) -> Any:
         """The rollout engine's policy (e.g. to sample from the current weights)."""
         return self.engine.policy
-
-    def _resume(self, where: str) -> int:
-        """Restore a checkpoint (``auto``: the run folder's latest); returns its step."""
-        path = latest_checkpoint(self.output_dir) if where == "auto" else Path(where)
-        if path is None:
-            return 0  # nothing saved yet: start from scratch
-        state = load_checkpoint(path, self.unwrapped, self.optimizer, self.scheduler, rank=self.rank)
-        restore_adapter(self.unwrapped, path)  # LoRA: model/ holds merged weights, the adapter beside
-        self.logger.truncate_after(int(state["step"]))
-        self.engine.sync_weights(self.unwrapped)
-        if self.overlap is not None:
-            self.overlap.load(path, self.rank)
-        return int(state["step"])
 
     # ------------------------------------------------------------------ collect
     def _play(self, step: int, round_: int, tasks: list[str], first_group_id: int) -> RolloutBatch:
@@ -224,21 +192,11 @@ class Trainer:
     # -------------------------------------------------------------------- loop
     def train(self) -> Path:
         """Run the remaining steps; returns the run folder."""
-        cfg, acc = self.cfg, self.accelerator
-        steps = cfg.train.steps
-        progress = TrainProgress(steps, enabled=cfg.train.progress and acc.is_main_process, start=self.start_step)
-        with progress:
-            for step in range(self.start_step, steps):
-                record = self.train_step(step)
-                progress.update(step + 1, record)
-                periodic = cfg.train.save_every and (step + 1) % cfg.train.save_every == 0
-                if periodic or (step + 1 == steps and cfg.train.save_final):
-                    self.save(step + 1)
+        self.context.run_steps(self.start_step, self.train_step, self.save)
         if self.overlap is not None:
             self.overlap.close()
-        self.logger.close()
         self.venv.close()
-        acc.wait_for_everyone()
+        self.context.close()
         return self.output_dir
 
     def train_step(self, step: int) -> dict[str, Any]:
@@ -272,8 +230,8 @@ class Trainer:
             "time/step": t3 - t0,
             **overlap_metrics,
         })
+        self.context.log(record)
         if self.accelerator.is_main_process:
-            self.logger.log(record)
             self._log_samples(step, batch)
         return record
 
@@ -313,16 +271,7 @@ class Trainer:
 
     def save(self, step: int) -> Path:
         """Write a checkpoint of the state after ``step`` steps."""
-        path = save_run_checkpoint(
-            self.output_dir,
-            step,
-            accelerator=self.accelerator,
-            model=self.unwrapped,
-            tokenizer=self.tokenizer,
-            optimizer=self.optimizer,
-            scheduler=self.scheduler,
-            config=config_to_dict(self.cfg),
-        )
+        path = self.context.save(step)
         if self.overlap is not None:  # the next step's batch, sampled from weights not saved
             self.overlap.save(path, self.rank)
             self.accelerator.wait_for_everyone()

@@ -1,0 +1,231 @@
+"""What every training command shares: one :class:`RunContext` per run.
+
+``corrgrpo train`` (:mod:`trainer.trainer`) and ``corrgrpo sft`` (:mod:`trainer.sft`)
+differ in what a step does; everything around the step is built here, once, from the
+shared config sections (``model``, ``optim`` and the common part of ``train``):
+
+* the ``Accelerator`` (:func:`trainer.fsdp.build_accelerator`: an FSDP launch config
+  shards either command's model, on CPU processes too) and the seeding of every RNG;
+* the model and tokenizer, with gradient checkpointing and LoRA adapters;
+* AdamW over the trainable parameters and THE learning-rate schedule (:func:`lr_factor`);
+* the run folder, its ``config.json``, the metrics logger, the progress bar;
+* checkpoints and resuming (``train.resume``), and the step loop with its save points.
+
+A command builds its own parts (environments, data, loss) between
+:meth:`RunContext.build_model` and :meth:`RunContext.prepare`, in the order it needs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainer.config import ModelConfig, OptimizerConfig, RunConfig
+
+__all__ = ["RunContext", "lr_factor", "lr_schedule", "seed_everything"]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's global RNGs (every device's)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def lr_factor(step: int, schedule: str, warmup: int, total: int) -> float:
+    """The learning rate of optimizer step ``step`` (0-based) as a share of ``optim.lr``.
+
+    Linear warmup over ``warmup`` steps that starts at ``1/warmup`` and reaches the
+    peak at step ``warmup - 1`` (no step is spent at a learning rate of 0), then
+    ``constant``, or ``linear`` / ``cosine`` decay towards 0 at step ``total``.
+    """
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = (step - warmup) / max(1, total - warmup)
+    if schedule == "linear":
+        return max(0.0, 1.0 - progress)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def lr_schedule(optimizer: torch.optim.Optimizer, optim: OptimizerConfig, steps: int) -> Any:
+    """``optimizer``'s scheduler: :func:`lr_factor` of ``optim.schedule`` and ``optim.warmup_steps``."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, optim.schedule, optim.warmup_steps, steps)
+    )
+
+
+class RunContext:
+    """The accelerator, model, optimizer, run folder, logger and checkpoints of one run.
+
+    Args:
+        model: the ``model`` section.
+        optim: the ``optim`` section (the optimizer and schedule part of it).
+        run: the ``train`` section (the part every command shares).
+        output_dir: the run folder.
+        config: the whole config as plain data (``config.json`` and every checkpoint).
+        accelerator: an ``Accelerator`` to use (default: :func:`trainer.fsdp.build_accelerator`).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: ModelConfig,
+        optim: OptimizerConfig,
+        run: RunConfig,
+        output_dir: Path,
+        config: dict[str, Any],
+        accelerator: Any = None,
+    ):
+        from trainer.fsdp import build_accelerator
+
+        self.model_cfg, self.optim_cfg, self.run_cfg = model, optim, run
+        self.config = config
+        self.accelerator = accelerator or build_accelerator(cpu=run.cpu or not torch.cuda.is_available())
+        self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
+        self.is_main = self.accelerator.is_main_process
+        self.output_dir = Path(output_dir)
+        self.model: Any = None  # after prepare(): the wrapped model, optimizer and scheduler
+        self.unwrapped: Any = None
+        self.optimizer: Any = None
+        self.scheduler: Any = None
+        self.tokenizer: Any = None
+        self.logger: Any = None
+        seed_everything(run.seed)
+
+    def per_process(self, key: str, value: int) -> int:
+        """``value`` split evenly over the processes (``key`` names the setting in the error)."""
+        if value % self.world:
+            raise ValueError(f"{key}={value} must be divisible by the number of processes ({self.world})")
+        return value // self.world
+
+    # ------------------------------------------------------------------- model
+    def build_model(self) -> tuple[torch.nn.Module, Any]:
+        """The model and tokenizer of ``model``: dtype, gradient checkpointing, LoRA adapters."""
+        from agents.models import load_model
+        from trainer.lora import apply_lora
+
+        m = self.model_cfg
+        kwargs: dict[str, Any] = {"dtype": getattr(torch, m.dtype)}
+        if m.tokenizer_file:
+            kwargs["tokenizer_file"] = m.tokenizer_file
+        model, self.tokenizer = load_model(m.name_or_path, **kwargs)
+        if m.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        # adapters wrap the model here, before the optimizer sees its parameters
+        return apply_lora(model, m.lora), self.tokenizer
+
+    def prepare(self, model: torch.nn.Module) -> tuple[Any, torch.optim.Optimizer, Any]:
+        """AdamW over ``model``'s trainable parameters, its schedule, both through ``accelerator.prepare``."""
+        o = self.optim_cfg
+        optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=o.lr,
+            betas=(o.betas[0], o.betas[1]),
+            eps=o.adam_eps,
+            weight_decay=o.weight_decay,
+        )
+        self.scheduler = lr_schedule(optimizer, o, self.run_cfg.steps)
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.unwrapped = self.accelerator.unwrap_model(self.model)
+        return self.model, self.optimizer, self.scheduler
+
+    # ---------------------------------------------------------------- run folder
+    def start(self) -> tuple[Path | None, int]:
+        """Open the logger, resume from ``train.resume`` and write ``config.json``.
+
+        Returns the checkpoint resumed from (None: a fresh start) and its step.
+        """
+        from trainer.run_logger import RunLogger
+
+        run = self.run_cfg
+        self.logger = RunLogger(self.output_dir, tensorboard=run.tensorboard, enabled=self.is_main)
+        path, step = self._resume(run.resume) if run.resume else (None, 0)
+        if self.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.output_dir / "config.json", "w", encoding="utf-8") as f:
+                json.dump(self.config, f, indent=2)
+        return path, step
+
+    def _resume(self, where: str) -> tuple[Path | None, int]:
+        from trainer.checkpoint import latest_checkpoint, load_checkpoint
+        from trainer.lora import restore_adapter
+
+        path = latest_checkpoint(self.output_dir) if where == "auto" else Path(where)
+        if path is None:
+            return None, 0  # nothing saved yet: start from scratch
+        state = load_checkpoint(path, self.unwrapped, self.optimizer, self.scheduler, rank=self.rank)
+        restore_adapter(self.unwrapped, path)  # LoRA: model/ holds merged weights, the adapter beside
+        step = int(state["step"])
+        self.logger.truncate_after(step)
+        return path, step
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Append ``record`` to the run's metrics (the main process writes)."""
+        if self.is_main:
+            self.logger.log(record)
+
+    def save(self, step: int) -> Path:
+        """Write ``checkpoint-<step>`` of the state after ``step`` steps (every process calls it)."""
+        from trainer.checkpoint import save_run_checkpoint
+
+        return save_run_checkpoint(
+            self.output_dir,
+            step,
+            accelerator=self.accelerator,
+            model=self.unwrapped,
+            tokenizer=self.tokenizer,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            config=self.config,
+        )
+
+    def save_model(self, folder: Path) -> None:
+        """The model as a plain transformers folder (merged for LoRA, gathered under FSDP);
+        every process calls it."""
+        from trainer.fsdp import full_state_dict, is_sharded
+        from trainer.lora import save_merged
+
+        self.accelerator.wait_for_everyone()
+        # FSDP: the full weights are gathered (a collective) to the main process
+        weights = full_state_dict(self.unwrapped, rank0_only=True) if is_sharded(self.unwrapped) else None
+        if self.is_main:
+            save_merged(self.unwrapped, folder, self.tokenizer, state_dict=weights)
+        self.accelerator.wait_for_everyone()
+
+    # ---------------------------------------------------------------------- loop
+    def run_steps(
+        self,
+        start: int,
+        step_fn: Callable[[int], dict[str, Any]],
+        save_fn: Callable[[int], Any],
+        progress_cls: type | None = None,
+    ) -> None:
+        """Steps ``start .. train.steps - 1``: ``step_fn(step)`` returns the step's record;
+        ``save_fn(step + 1)`` runs every ``train.save_every`` steps and after the last one
+        (``train.save_final``); a progress bar shows each record."""
+        from trainer.progress import TrainProgress
+
+        run = self.run_cfg
+        progress = (progress_cls or TrainProgress)(run.steps, enabled=run.progress and self.is_main, start=start)
+        with progress:
+            for step in range(start, run.steps):
+                record = step_fn(step)
+                progress.update(step + 1, record)
+                periodic = run.save_every and (step + 1) % run.save_every == 0
+                if periodic or (step + 1 == run.steps and run.save_final):
+                    save_fn(step + 1)
+
+    def close(self) -> None:
+        """Close the logger and wait for every process."""
+        if self.logger is not None:
+            self.logger.close()
+        self.accelerator.wait_for_everyone()
