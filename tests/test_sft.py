@@ -233,14 +233,18 @@ def test_config_errors_name_the_key(tmp_path, data):
         sft_config_from_dict({"data": {"source": "file", "files": ["x"]}, "train": {"batchsize": 3}})
     with pytest.raises(ConfigError, match="data.source: 'web' is not allowed"):
         sft_config_from_dict({"data": {"source": "web"}})
-    with pytest.raises(ConfigError, match="env: data.source=env needs"):
+    with pytest.raises(ConfigError, match=r"env: needs an 'id' key \(data.source=env\)"):
         sft_config_from_dict({})
-    with pytest.raises(ConfigError, match="data.files: data.source=file needs"):
+    with pytest.raises(ConfigError, match=r"data.files: \[\] is not allowed with data.source=file"):
         sft_config_from_dict({"data": {"source": "file"}})
     with pytest.raises(ConfigError, match="env.split: this setting belongs in data.train_split"):
         sft_config_from_dict({"env": {"id": "corrgrpo/ToolCall-v0", "split": "train"}})
     with pytest.raises(ConfigError, match="model.lora.r: expected an integer"):
         sft_config_from_dict({"env": {"id": "x"}, "model": {"lora": {"r": "big"}}})
+    with pytest.raises(ConfigError, match=r"model.lora.alpha: 0.0 is out of range; allowed: > 0"):
+        sft_config_from_dict({"env": {"id": "x"}, "model": {"lora": {"alpha": 0}}})
+    with pytest.raises(ConfigError, match=r"model.lora.target_modules: \[\] has 0 entries; allowed: at least 1"):
+        sft_config_from_dict({"env": {"id": "x"}, "model": {"lora": {"r": 4, "target_modules": []}}})
     with pytest.raises(ConfigError, match="unknown key 'model.lora.rank'"):
         sft_config_from_dict({"env": {"id": "x"}, "model": {"lora": {"rank": 4}}})
     with pytest.raises(ConfigError, match=r"train.batch_size: 0 is out of range; allowed: >= 1"):

@@ -148,7 +148,7 @@ def test_env_configs_have_no_duplicated_keys():
         ("algorithm.reward_weights=[1, .inf, 1]", "algorithm.reward_weights[1]: inf is out of range"),
         ("algorithm.overlong_buffer=64", "algorithm.overlong_buffer: 64 is out of range; allowed: <= rollout.max_new_tokens (32)"),
         ("train.steps=0", "train.steps: 0 is out of range; allowed: >= 1"),
-        ("algorithm.loss_options={clip_low: 2}", "algorithm.loss_options.clip_low: clip_low: 2 is out of range"),
+        ("algorithm.loss_options={clip_low: 2}", "algorithm.loss_options.clip_low: 2 is out of range"),
         ("algorithm.loss_options={clip_hi: 0.3}", "unknown option 'clip_hi' of loss 'grpo'"),
         ("algorithm.loss_agg_mode=sum", "algorithm.loss_agg_mode: 'sum' is not allowed; allowed values: one of 'token-mean'"),
         ("algorithm.estimator_options={scale: tribe}", "unknown option(s) scale for estimator 'corrgrpo'"),

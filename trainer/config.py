@@ -18,18 +18,18 @@ file and line) and what is allowed.
 from __future__ import annotations
 
 import dataclasses
-import math
-import types
-import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 
 from corrgrpo_envs.yaml_files import DuplicateKeyError
 from corrgrpo_envs.yaml_files import load_yaml as load_strict_yaml
 from trainer.lora import LoraConfig
+from trainer.losses import AGG_MODES
+from trainer.settings import ConfigError, Range, build, check_moved, num_field, validate
 
 __all__ = [
     "Config",
@@ -43,61 +43,22 @@ __all__ = [
     "TrainConfig",
     "ConfigError",
     "LOSS_AGG_MODES",
+    "MOVED_KEYS",
     "Range",
-    "build_config",
-    "check_ranges",
     "num_field",
     "load_config",
+    "load_settings",
     "load_yaml",
     "read_config_data",
+    "read_config_source",
     "config_from_dict",
     "apply_overrides",
     "config_to_dict",
 ]
 
 
-class ConfigError(ValueError):
-    """A configuration key or value is not allowed."""
-
-
-#: How per-token loss terms become one number (verl's ``loss_agg_mode``).
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-
-
-@dataclass(frozen=True)
-class Range:
-    """Allowed values of a number: ``low <= x`` (or ``<``), ``x <= high`` (or ``<``), finite."""
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    note: str = ""
-
-    def contains(self, x: float) -> bool:
-        if not math.isfinite(x):
-            return False
-        if self.low is not None and (x <= self.low if self.low_open else x < self.low):
-            return False
-        return not (self.high is not None and (x >= self.high if self.high_open else x > self.high))
-
-    def describe(self) -> str:
-        parts = []
-        if self.low is not None:
-            parts.append(f"{'>' if self.low_open else '>='} {self.low:g}")
-        if self.high is not None:
-            parts.append(f"{'<' if self.high_open else '<='} {self.high:g}")
-        text = " and ".join(parts) or "a finite number"
-        return f"{text} {self.note}".strip()
-
-
-def num_field(default: Any, range_: Range, *, length: int | None = None) -> Any:
-    """A numeric field (or list of numbers) with its allowed range (and list length)."""
-    meta = {"range": range_, "length": length}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
+#: How per-token loss terms become one number (verl's ``loss_agg_mode``): the loss module's list.
+LOSS_AGG_MODES = AGG_MODES
 
 _ANY = Range()
 _POSITIVE_INT = Range(low=1)
@@ -135,9 +96,7 @@ class AlgorithmConfig:
     """Hyper-parameters of the loss, fields of its ``LossConfig`` (default: the loss's paper
     values): ``clip_low``, ``clip_high``, ``dual_clip``, ``cispo_clip_low``,
     ``max_completion_length``."""
-    loss_agg_mode: Literal[
-        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
-    ] | None = None
+    loss_agg_mode: Literal[LOSS_AGG_MODES] | None = None
     """How per-token terms are averaged (default: the loss's own): ``token-mean`` over all
     tokens of the batch, ``seq-mean-token-sum`` (each sequence's token sum, mean over
     sequences), ``seq-mean-token-mean`` (each sequence's token mean, mean over sequences),
@@ -332,6 +291,12 @@ class Config:
     name: str = "run"
     """Name of the run (default: the config file's stem)."""
 
+    def check_rules(self) -> None:
+        """The rules that relate settings (run by :func:`trainer.settings.validate`)."""
+        check_env_section(self.env, MOVED_KEYS, "e.g. corrgrpo/ScaleDominance-v0")
+        _check_rewards(self)
+        _check_plugins(self)
+
 
 #: Keys written in the wrong section -> where they belong.
 MOVED_KEYS: dict[str, str] = {
@@ -348,143 +313,19 @@ MOVED_KEYS: dict[str, str] = {
 }
 
 
-# ------------------------------------------------------------------- parsing
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if tp is type(None):
-        return "null"
-    if origin is not None:
-        return getattr(origin, "__name__", str(tp))
-    return getattr(tp, "__name__", str(tp))
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    """Check ``value`` against the annotation ``tp``; ints are accepted for floats."""
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return value
-    if origin is Literal:
-        if value in typing.get_args(tp):
-            return value
-        raise ConfigError(f"{key}: {value!r} is not allowed; allowed values: {_type_name(tp)}")
-    if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(tp):
-            try:
-                return _coerce(value, arg, key)
-            except ConfigError:
-                continue
-        literal = [a for a in typing.get_args(tp) if typing.get_origin(a) is Literal]
-        if literal and value is not None:
-            return _coerce(value, literal[0], key)  # the Literal's message lists the values
-        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
-    if tp is type(None):
-        if value is None:
-            return None
-        raise ConfigError(f"{key}: expected null, got {value!r}")
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        (item_tp,) = typing.get_args(tp) or (Any,)
-        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return dict(value)
-    if dataclasses.is_dataclass(tp):
-        return build_config(tp, value, key)
-    raise ConfigError(f"{key}: unsupported type {tp}")
-
-
-def _moved(key: str) -> None:
-    if key in MOVED_KEYS:
-        raise ConfigError(f"{key}: this setting belongs in {MOVED_KEYS[key]}; set it there")
-
-
-def _default(f: dataclasses.Field) -> Any:
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return f.default
-
-
-def build_config(cls: type, data: Any, prefix: str = "", base: Any = None) -> Any:
-    """``cls`` from a mapping; a section's keys are set over its default (``base``), so a
-    command's own defaults for a shared section (e.g. sft's ``optim.lr``) stay in force."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in data.items():
-        full = f"{prefix}.{key}" if prefix else str(key)
-        _moved(full)
-        if key not in fields:
-            raise ConfigError(f"unknown key {full!r}; allowed keys: {', '.join(sorted(fields))}")
-        if dataclasses.is_dataclass(hints[key]):
-            section_base = getattr(base, key) if base is not None else _default(fields[key])
-            kwargs[key] = build_config(hints[key], value, full, base=section_base)
-        else:
-            kwargs[key] = _coerce(value, hints[key], full)
-    return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
-
-
-def check_ranges(obj: Any, prefix: str) -> None:
-    """Every numeric field within its ``Range`` (lists: every item, and the length)."""
-    for f in dataclasses.fields(obj):
-        range_: Range | None = f.metadata.get("range")
-        value = getattr(obj, f.name)
-        key = f"{prefix}.{f.name}"
-        if range_ is None or value is None:
-            continue
-        items = value if isinstance(value, list) else [value]
-        length = f.metadata.get("length")
-        if length is not None and len(items) != length:
-            raise ConfigError(f"{key}: {value!r} has {len(items)} entries; allowed: exactly {length}")
-        for i, x in enumerate(items):
-            where = f"{key}[{i}]" if isinstance(value, list) else key
-            if not range_.contains(float(x)):
-                raise ConfigError(f"{where}: {x!r} is out of range; allowed: {range_.describe()}")
-
-
+# ------------------------------------------------------------------- checking
 def config_from_dict(data: dict[str, Any]) -> Config:
     """Build and validate a :class:`Config` from a plain mapping."""
-    cfg = build_config(Config, data)
-    if "id" not in cfg.env:
-        raise ConfigError("env: needs an 'id' key (e.g. corrgrpo/ScaleDominance-v0)")
-    for key in cfg.env:
-        _moved(f"env.{key}")
-    for section in ("model", "algorithm", "rollout", "optim", "train"):
-        check_ranges(getattr(cfg, section), section)
-    check_ranges(cfg.rollout.server, "rollout.server")
-    _check_rewards(cfg)
-    _check_plugins(cfg)
-    return cfg
+    return validate(build(Config, data, moved=MOVED_KEYS))
+
+
+def check_env_section(env: dict[str, Any], moved: dict[str, str], needs_id: str | None) -> None:
+    """The ``env`` section has an ``id`` (``needs_id``: why, or None when it need not) and no key
+    that belongs to the trainer."""
+    if needs_id and "id" not in env:
+        raise ConfigError(f"env: needs an 'id' key ({needs_id})", "env")
+    for key in env:
+        check_moved(f"env.{key}", moved)
 
 
 def _check_rewards(cfg: Config) -> None:
@@ -492,11 +333,12 @@ def _check_rewards(cfg: Config) -> None:
     from trainer.reward_gates import check_reward_gates
     from trainer.reward_weights import check_reward_weights
 
-    try:
-        check_reward_weights(cfg.algorithm.reward_weights)
-        check_reward_gates(cfg.algorithm.reward_gates)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    for key, check, value in (("algorithm.reward_weights", check_reward_weights, cfg.algorithm.reward_weights),
+                              ("algorithm.reward_gates", check_reward_gates, cfg.algorithm.reward_gates)):
+        try:
+            check(value)
+        except ValueError as exc:
+            raise ConfigError(str(exc), key) from None
 
 
 def _check_plugins(cfg: Config) -> None:
@@ -510,45 +352,52 @@ def _check_plugins(cfg: Config) -> None:
 
         check_estimator(a.estimator, a.estimator_options)
     except ValueError as exc:
-        raise ConfigError(f"algorithm.estimator / estimator_options: {exc}") from None
+        raise ConfigError(f"algorithm.estimator / estimator_options: {exc}", "algorithm.estimator_options") from None
     for key in a.loss_options:
-        _moved(f"algorithm.loss_options.{key}")
+        check_moved(f"algorithm.loss_options.{key}", MOVED_KEYS)
     try:
         resolve_loss_config(a.loss, a.loss_options, agg_mode=a.loss_agg_mode)
     except LossConfigError as exc:
-        raise ConfigError(f"algorithm.loss_options.{exc.key}: {exc}") from None
+        key = f"algorithm.loss_options.{exc.key}"
+        raise ConfigError(f"{key}: {str(exc).removeprefix(f'{exc.key}: ')}", key) from None
     except ValueError as exc:
-        raise ConfigError(f"algorithm.loss / loss_options: {exc}") from None
+        raise ConfigError(f"algorithm.loss / loss_options: {exc}", "algorithm.loss") from None
     if cfg.rollout.backend not in available_engines():
         raise ConfigError(
             f"rollout.backend: {cfg.rollout.backend!r} is not allowed; allowed values: one of "
-            + ", ".join(repr(n) for n in available_engines())
+            + ", ".join(repr(n) for n in available_engines()),
+            "rollout.backend",
         )
     for i, url in enumerate(cfg.rollout.server.urls):
         if not url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"rollout.server.urls[{i}]: {url!r} is not allowed; allowed: an http:// or https:// "
-                "API root such as http://127.0.0.1:8000/v1"
+                "API root such as http://127.0.0.1:8000/v1",
+                f"rollout.server.urls[{i}]",
             )
     if cfg.rollout.server.weight_sync == "nccl" and not cfg.rollout.server.nccl_address:
         raise ConfigError(
             "rollout.server.nccl_address: null is not allowed with rollout.server.weight_sync=nccl; "
-            "allowed: the trainer's address the servers can reach"
+            "allowed: the trainer's address the servers can reach",
+            "rollout.server.nccl_address",
         )
     if cfg.rollout.backend == "server" and not cfg.rollout.server.urls:
         raise ConfigError(
             "rollout.server.urls: [] is not allowed with rollout.backend=server; allowed: one or more "
-            "server URLs (scripts/vllm_serve.sh prints them)"
+            "server URLs (scripts/vllm_serve.sh prints them)",
+            "rollout.server.urls",
         )
     if cfg.rollout.overlap and a.tis_cap is None:
         raise ConfigError(
             "algorithm.tis_cap: null is not allowed with rollout.overlap=true; allowed: a cap >= 1 "
-            "such as 2.0 (overlapped rollouts come from the previous step's weights)"
+            "such as 2.0 (overlapped rollouts come from the previous step's weights)",
+            "algorithm.tis_cap",
         )
     if a.overlong_buffer is not None and a.overlong_buffer > cfg.rollout.max_new_tokens:
         raise ConfigError(
             f"algorithm.overlong_buffer: {a.overlong_buffer} is out of range; allowed: <= "
-            f"rollout.max_new_tokens ({cfg.rollout.max_new_tokens})"
+            f"rollout.max_new_tokens ({cfg.rollout.max_new_tokens})",
+            "algorithm.overlong_buffer",
         )
 
 
@@ -557,13 +406,21 @@ def config_to_dict(cfg: Config) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a nested mapping."""
+def apply_overrides(
+    data: dict[str, Any], overrides: list[str], origins: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a nested mapping.
+
+    ``origins`` (dotted key -> where its value came from) gets ``override 'a.b.c=value'``.
+    """
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like section.key=value")
         key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw != "" else None
+        try:
+            value = yaml.safe_load(raw) if raw != "" else None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: the value is not YAML ({exc})", key.strip()) from None
         parts = key.strip().split(".")
         node = data
         for part in parts[:-1]:
@@ -573,6 +430,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 raise ConfigError(f"override {key!r}: {part!r} is not a section")
             node = node[part]
         node[parts[-1]] = value
+        if origins is not None:
+            origins[key.strip()] = f"override {item!r}"
     return data
 
 
@@ -584,14 +443,31 @@ def load_yaml(path: str | Path) -> Any:
         raise ConfigError(str(exc)) from None
 
 
-def read_config_data(
+def yaml_key_lines(path: str | Path) -> dict[str, int]:
+    """The line of every key of a YAML file's nested mappings, by dotted key (``optim.lr``)."""
+    lines: dict[str, int] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
+                lines[key] = key_node.start_mark.line + 1
+                walk(value_node, key)
+
+    walk(yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader), "")
+    return lines
+
+
+def read_config_source(
     path: str | Path | None, overrides: list[str] | None = None, default_name: str = "run"
-) -> dict[str, Any]:
-    """A YAML config file (or nothing when ``path`` is None) as a mapping, overrides applied.
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A YAML config file (or nothing when ``path`` is None) as a mapping, overrides applied,
+    and where each key came from (``file:line`` or ``override 'key=value'``), by dotted key.
 
     ``name`` defaults to the file's stem (``default_name`` without a file).
     """
     data: dict[str, Any] = {}
+    origins: dict[str, str] = {}
     name = default_name
     if path is not None:
         from corrgrpo_envs.registry import resolve_config_path
@@ -601,10 +477,50 @@ def read_config_data(
         if not isinstance(data, dict):
             raise ConfigError(f"{resolved}: expected a mapping at the top level")
         name = resolved.stem
+        origins = {key: f"{resolved}:{line}" for key, line in yaml_key_lines(resolved).items()}
+        origins[""] = str(resolved)
     data.setdefault("name", name)
-    return apply_overrides(data, overrides or [])
+    return apply_overrides(data, overrides or [], origins), origins
+
+
+def read_config_data(
+    path: str | Path | None, overrides: list[str] | None = None, default_name: str = "run"
+) -> dict[str, Any]:
+    """:func:`read_config_source` without the origins."""
+    return read_config_source(path, overrides, default_name)[0]
+
+
+def _origin(key: str | None, origins: dict[str, str]) -> str | None:
+    """Where ``key`` (or the nearest section above it) was set; the file when nowhere."""
+    while key:
+        key = key.split("[", 1)[0]
+        if key in origins:
+            return origins[key]
+        key = key.rpartition(".")[0]
+    return origins.get("")
+
+
+Settings = TypeVar("Settings")
+
+
+def load_settings(
+    path: str | Path | None,
+    overrides: list[str] | None,
+    from_dict: Callable[[dict[str, Any]], Settings],
+    default_name: str = "run",
+) -> Settings:
+    """Read a config file and overrides, and build it with ``from_dict``; an error names where
+    the bad value came from: ``file:line: key: ...`` or ``override 'key=value': key: ...``."""
+    data, origins = read_config_source(path, overrides, default_name)
+    try:
+        return from_dict(data)
+    except ConfigError as exc:
+        where = _origin(exc.key, origins)
+        if where is None:
+            raise
+        raise ConfigError(f"{where}: {exc}", exc.key) from None
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
     """Read a YAML config (or the defaults when ``path`` is None) and apply overrides."""
-    return config_from_dict(read_config_data(path, overrides))
+    return load_settings(path, overrides, config_from_dict)

@@ -24,9 +24,11 @@ adapter from the checkpoint.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from trainer.settings import Range, num_field, validate
 
 __all__ = [
     "LoraConfig",
@@ -50,13 +52,13 @@ PEFT_INSTALL_HINT = (
 
 @dataclass
 class LoraConfig:
-    r: int = 0
+    r: int = num_field(0, Range(low=0, note="(0: off)"))
     """Rank of the adapter matrices; 0 turns LoRA off (every weight trains)."""
-    alpha: float = 16.0
+    alpha: float = num_field(16.0, Range(low=0, low_open=True))
     """Scale numerator: the update is ``B @ A * alpha / r``."""
-    dropout: float = 0.0
+    dropout: float = num_field(0.0, Range(low=0, high=1, high_open=True))
     """Dropout on the adapter's input."""
-    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    target_modules: list[str] = num_field(["all-linear"], min_length=1)
     """Module names (or suffixes) that get adapters; ``[all-linear]``: every linear layer but the
     output head."""
 
@@ -112,12 +114,7 @@ def apply_lora(model: Any, cfg: LoraConfig | None) -> Any:
         return model
     assert cfg is not None
     peft = _require_peft()
-    if cfg.alpha <= 0:
-        raise ValueError(f"model.lora.alpha: must be > 0, got {cfg.alpha}")
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise ValueError(f"model.lora.dropout: must be in [0, 1), got {cfg.dropout}")
-    if not cfg.target_modules:
-        raise ValueError("model.lora.target_modules: needs at least one module name")
+    validate(cfg, "model.lora")  # the config's own checks, for a LoraConfig built in code
     targets: str | list[str] = list(cfg.target_modules)
     if targets == ["all-linear"]:
         targets = "all-linear"

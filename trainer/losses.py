@@ -47,6 +47,7 @@ import torch
 
 from trainer.entry_points import load_entry_point
 from trainer.loss_metrics import Max, Mean
+from trainer.settings import ConfigError, Range, num_field, validate
 
 __all__ = [
     "AGG_MODES",
@@ -78,63 +79,44 @@ class LossConfigError(ValueError):
         self.key = key
 
 
-def _finite_at_least(name: str, value: float, low: float, *, open_: bool = False,
-                     high: float | None = None) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if open_ else value >= low) and (high is None or value <= high)
-    if not ok:
-        allowed = f"{'>' if open_ else '>='} {low:g}" + (f" and <= {high:g}" if high is not None else "")
-        raise LossConfigError(name, f"{name}: {value!r} is out of range; allowed: {allowed}")
-
-
 @dataclass
 class LossConfig:
     """Hyper-parameters of the policy losses (each loss reads the fields it needs)."""
 
-    clip_low: float = 0.2
+    clip_low: float = num_field(0.2, Range(low=0, high=1))
     """Clip range below 1: ratios under ``1 - clip_low`` are clipped (grpo, dapo, dr_grpo, gspo)."""
 
-    clip_high: float = 0.2
+    clip_high: float = num_field(0.2, Range(low=0))
     """Clip range above 1: ratios over ``1 + clip_high`` are clipped (grpo, dapo, dr_grpo, gspo,
     and the upper bound of cispo's importance weight). DAPO's clip-higher uses 0.28."""
 
-    dual_clip: float | None = None
+    dual_clip: float | None = num_field(None, Range(low=1, low_open=True))
     """Dual-clip constant c (> 1) for tokens with A < 0: the token loss is capped at ``-c * A``
     (grpo, dapo, dr_grpo). ``None`` disables it; the paper's runs use 3."""
 
-    kl_beta: float = 0.0
+    kl_beta: float = num_field(0.0, Range(low=0))
     """Weight of the k3 KL penalty to the reference policy; used only when ``ref_logp`` is
     given (set by the trainer from ``algorithm.kl_beta``)."""
 
-    max_completion_length: int | None = None
+    max_completion_length: int | None = num_field(None, Range(low=1))
     """The normaliser of ``seq-mean-token-sum-norm`` (the maximum completion length in tokens);
     ``None`` uses the padded length T of the batch, which is only right when T is that maximum.
     The trainer sets it to ``max_new_tokens * max_turns`` unless given."""
 
-    cispo_clip_low: float | None = None
+    cispo_clip_low: float | None = num_field(None, Range(low=0, high=1))
     """Lower clip range of cispo's importance weight (bound ``1 - cispo_clip_low``). ``None``
     means no lower bound, as in MiniMax-M1, which only bounds the weight from above (with
     ``1 + clip_high``)."""
 
-    agg_mode: str | None = None
+    agg_mode: str | None = num_field(None, choices=AGG_MODES)
     """One of :data:`AGG_MODES`, or ``None`` for the loss's own (set by the trainer from
     ``algorithm.loss_agg_mode``)."""
 
     def __post_init__(self) -> None:
-        _finite_at_least("clip_low", self.clip_low, 0.0, high=1.0)
-        _finite_at_least("clip_high", self.clip_high, 0.0)
-        _finite_at_least("kl_beta", self.kl_beta, 0.0)
-        if self.cispo_clip_low is not None:
-            _finite_at_least("cispo_clip_low", self.cispo_clip_low, 0.0, high=1.0)
-        if self.dual_clip is not None:
-            _finite_at_least("dual_clip", self.dual_clip, 1.0, open_=True)
-        if self.max_completion_length is not None:
-            _finite_at_least("max_completion_length", self.max_completion_length, 1)
-        if self.agg_mode is not None and self.agg_mode not in AGG_MODES:
-            raise LossConfigError(
-                "agg_mode", f"agg_mode: {self.agg_mode!r} is not allowed; allowed values: "
-                + ", ".join(AGG_MODES)
-            )
+        try:  # the ranges above, checked as every setting is (trainer.settings)
+            validate(self)
+        except ConfigError as exc:
+            raise LossConfigError(exc.key or "?", str(exc)) from None
 
 
 @dataclass

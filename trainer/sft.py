@@ -38,14 +38,12 @@ from trainer.config import (
     ConfigError,
     ModelConfig,
     OptimizerConfig,
-    Range,
     RunConfig,
-    build_config,
-    check_ranges,
-    num_field,
-    read_config_data,
+    check_env_section,
+    load_settings,
 )
 from trainer.progress import TrainProgress
+from trainer.settings import Range, build, num_field, validate
 
 __all__ = [
     "SFTConfig",
@@ -121,36 +119,29 @@ class SFTConfig:
     name: str = "sft"
     """Name of the run (default: the config file's stem)."""
 
+    def check_rules(self) -> None:
+        """The rules that relate settings (run by :func:`trainer.settings.validate`)."""
+        check_env_section(self.env, SFT_MOVED_KEYS, "data.source=env" if self.data.source == "env" else None)
+        if self.data.source == "file" and not self.data.files:
+            raise ConfigError("data.files: [] is not allowed with data.source=file; allowed: one or more "
+                              "JSON / JSON-lines files", "data.files")
 
-def _check(cfg: SFTConfig) -> None:
-    d = cfg.data
-    if d.source == "env" and "id" not in cfg.env:
-        raise ConfigError("env: data.source=env needs an env section with an 'id'")
-    for key, home in (("split", "data.train_split / data.eval_split"), ("max_turns", "data.max_turns")):
-        if key in cfg.env:
-            raise ConfigError(f"env.{key}: this setting belongs in {home}; set it there")
-    lora = cfg.model.lora
-    if lora.r < 0 or lora.alpha <= 0 or not 0.0 <= lora.dropout < 1.0:
-        raise ConfigError(
-            f"model.lora: r must be >= 0, alpha > 0 and dropout in [0, 1); got r={lora.r}, "
-            f"alpha={lora.alpha}, dropout={lora.dropout}"
-        )
-    if d.source == "file" and not d.files:
-        raise ConfigError("data.files: data.source=file needs at least one file")
-    for section in ("data", "optim", "train"):
-        check_ranges(getattr(cfg, section), section)
+
+#: ``env`` keys that belong to the ``data`` section in sft.
+SFT_MOVED_KEYS: dict[str, str] = {
+    "env.split": "data.train_split / data.eval_split",
+    "env.max_turns": "data.max_turns",
+}
 
 
 def sft_config_from_dict(data: dict[str, Any]) -> SFTConfig:
     """Build and validate an :class:`SFTConfig` from a plain mapping."""
-    cfg = build_config(SFTConfig, data)  # the trainer's dataclass reader: same keys, same errors
-    _check(cfg)
-    return cfg
+    return validate(build(SFTConfig, data, moved=SFT_MOVED_KEYS))
 
 
 def load_sft_config(path: str | Path | None, overrides: list[str] | None = None) -> SFTConfig:
     """Read a YAML config (or the defaults when ``path`` is None) and apply dotted overrides."""
-    return sft_config_from_dict(read_config_data(path, overrides, default_name="sft"))
+    return load_settings(path, overrides, sft_config_from_dict, default_name="sft")
 
 
 # ----------------------------------------------------------------------------- batches

@@ -6,40 +6,32 @@ import argparse
 
 from rich.console import Console
 
-from trainer.commands import add_config_arguments, load_or_report
+from trainer.commands import add_config_arguments, run_training
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser, "optim.lr=1e-4 train.steps=200 model.lora.r=16")
+    from trainer.sft import SFTConfig
+
+    add_config_arguments(parser, "optim.lr=1e-4 train.steps=200 model.lora.r=16", defaults=SFTConfig())
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.sft import load_sft_config
-
-    console = Console(stderr=True)
-    cfg = load_or_report(load_sft_config, args, console)
-    if cfg is None:
-        return 2
-    from trainer.sft import SFTTrainer
+    from trainer.sft import SFTTrainer, load_sft_config
     from trainer.sft_data import SFTDataError
 
-    try:
-        trainer = SFTTrainer(cfg)
-    except (SFTDataError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
-        return 2
-    if trainer.accelerator.is_main_process:
-        source = cfg.env.get("id") if cfg.data.source == "env" else ", ".join(cfg.data.files)
-        lora = f" | LoRA r={cfg.model.lora.r}" if cfg.model.lora.r > 0 else ""
-        console.print(
-            f"[bold]corrgrpo sft[/bold] {source} | model {cfg.model.name_or_path}{lora} | "
-            f"{len(trainer.train_examples)} examples ({len(trainer.eval_examples)} held out) | "
-            f"{cfg.train.batch_size} per step | {trainer.world} process(es) -> {trainer.output_dir}"
-        )
-    out = trainer.train()
-    if trainer.accelerator.is_main_process:
-        _summary(console, out)
-    return 0
+    return run_training(
+        args, load_sft_config, SFTTrainer, _banner, _summary, {SFTDataError: 2, FileNotFoundError: 2}
+    )
+
+
+def _banner(cfg, trainer) -> str:
+    source = cfg.env.get("id") if cfg.data.source == "env" else ", ".join(cfg.data.files)
+    lora = f" | LoRA r={cfg.model.lora.r}" if cfg.model.lora.r > 0 else ""
+    return (
+        f"[bold]corrgrpo sft[/bold] {source} | model {cfg.model.name_or_path}{lora} | "
+        f"{len(trainer.train_examples)} examples ({len(trainer.eval_examples)} held out) | "
+        f"{cfg.train.batch_size} per step | {trainer.world} process(es) -> {trainer.output_dir}"
+    )
 
 
 def _summary(console: Console, run_dir) -> None:

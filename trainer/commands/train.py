@@ -6,44 +6,31 @@ import argparse
 
 from rich.console import Console
 
-from trainer.commands import add_config_arguments, load_or_report
+from trainer.commands import add_config_arguments, run_training
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser, "algorithm.estimator=grpo train.seed=3")
+    from trainer.config import Config
+
+    add_config_arguments(parser, "algorithm.estimator=grpo train.seed=3", defaults=Config())
 
 
 def run(args: argparse.Namespace) -> int:
     from trainer.config import load_config
-
-    console = Console(stderr=True)
-    cfg = load_or_report(load_config, args, console)
-    if cfg is None:
-        return 2
     from trainer.server_engine import RolloutServerError
     from trainer.trainer import Trainer
 
-    try:
-        return _train(cfg, console, Trainer)
-    except RolloutServerError as exc:
-        # the run stopped cleanly (its last checkpoint is intact); the server is the user's to fix
-        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
-        return 1
+    # a server that stays down stops the run cleanly (its last checkpoint is intact): exit 1
+    return run_training(args, load_config, Trainer, _banner, _summary, {RolloutServerError: 1})
 
 
-def _train(cfg, console: Console, trainer_cls) -> int:
-    trainer = trainer_cls(cfg)
-    if trainer.accelerator.is_main_process:
-        console.print(
-            f"[bold]corrgrpo[/bold] {cfg.env['id']} | model {cfg.model.name_or_path} | "
-            f"estimator {cfg.algorithm.estimator} | loss {cfg.algorithm.loss} | "
-            f"{cfg.algorithm.prompts_per_step} x {cfg.algorithm.group_size} rollouts/step | "
-            f"{trainer.world} process(es) -> {trainer.output_dir}"
-        )
-    out = trainer.train()
-    if trainer.accelerator.is_main_process:
-        _summary(console, out)
-    return 0
+def _banner(cfg, trainer) -> str:
+    return (
+        f"[bold]corrgrpo[/bold] {cfg.env['id']} | model {cfg.model.name_or_path} | "
+        f"estimator {cfg.algorithm.estimator} | loss {cfg.algorithm.loss} | "
+        f"{cfg.algorithm.prompts_per_step} x {cfg.algorithm.group_size} rollouts/step | "
+        f"{trainer.world} process(es) -> {trainer.output_dir}"
+    )
 
 
 def _summary(console: Console, run_dir) -> None:
