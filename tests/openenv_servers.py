@@ -24,8 +24,10 @@ def free_port() -> int:
 class Server:
     """One server process; ``url`` is its ``openenv://`` address, ``base`` its HTTP one."""
 
-    def __init__(self, argv: list[str], port: int, log: Path, env: dict[str, str] | None = None):
-        self.argv, self.port, self.log = argv, port, log
+    def __init__(
+        self, argv: list[str], port: int, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+    ):
+        self.argv, self.port, self.log, self.cwd = argv, port, log, cwd or ROOT
         self.extra_env = env or {}
         self.proc: subprocess.Popen | None = None
 
@@ -42,7 +44,7 @@ class Server:
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                "OMP_NUM_THREADS": "1", **self.extra_env}
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
         return self
 
     def start(self, timeout: float = 120.0) -> Server:

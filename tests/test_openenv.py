@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -126,6 +128,16 @@ def test_in_process_and_remote_give_identical_rewards_on_200_steps(servers, env_
         local.close()
         remote.close()
     assert nonzero > 20  # the comparison covered rewarded steps, not only zeros
+
+
+def test_openenv_validate_passes_on_every_served_env(servers):
+    for env_id, server in servers.items():
+        out = subprocess.run(
+            [sys.executable, "-m", "openenv.cli", "validate", "--url", server.base, "--json"],
+            capture_output=True, text=True, timeout=120,
+        )
+        report = json.loads(out.stdout)
+        assert report["passed"] is True, (env_id, report["summary"])
 
 
 def test_reward_names_bounds_and_weights_are_readable_before_the_first_step(servers):

@@ -374,7 +374,11 @@ class OpenEnvEnv(MultiRewardEnv):
         except RuntimeError as exc:
             if str(exc).startswith("Server error:"):
                 task = self.task.id if self.task else "?"
-                raise RemoteEnvError(f"OpenEnv server {url}, task {task}, {what}: {exc}") from None
+                hint = ""
+                if "CAPACITY_REACHED" in str(exc):
+                    hint = (" (each env instance holds one session: raise the server's "
+                            "max_concurrent_envs to at least its share of P*G members)")
+                raise RemoteEnvError(f"OpenEnv server {url}, task {task}, {what}: {exc}{hint}") from None
             raise
 
     def _start(self, url: str, reset_args: Mapping[str, Any]) -> Any:
