@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import Any
 
-__all__ = ["add_arguments", "run", "parse_env_arguments"]
+__all__ = ["add_arguments", "run", "parse_env_arguments", "main"]
 
 
 def parse_env_arguments(items: list[str]) -> dict[str, Any]:
@@ -65,3 +65,14 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
     )
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m corrgrpo_envs.serve ENV ...``: the same command without the trainer (no torch)."""
+    parser = argparse.ArgumentParser(prog="python -m corrgrpo_envs.serve", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
