@@ -4,8 +4,12 @@ For each env (the code env on HumanEval with the reference answers, G=8; the toy
 ``GroupedVectorEnv`` of P groups x G members plays ``--rounds`` rounds of reset + step:
 
 * ``in-process``: the members live in this process (``--threads`` threads; the baseline);
-* ``1 server``: ``corrgrpo serve`` on one core (``taskset``), the members its sessions;
-* ``2 servers``: two ``corrgrpo serve``, each on its own core; the groups spread over them.
+* ``1 server``: ``corrgrpo serve`` free to use every core, the members its sessions
+  (the overhead of serving, against in-process);
+* ``1 server, core 0``: the same pinned to one core (``taskset``; the code sandbox's
+  processes inherit the pin);
+* ``2 servers, cores 0+1``: two ``corrgrpo serve``, each pinned to its own core; the groups
+  spread over them (the scaling, against ``1 server, core 0``).
 
 Reported: member steps per second (reset + step of every member, over the rounds; best of
 ``--repeats``, modes interleaved so they share the machine's load) and the latency a remote
@@ -102,13 +106,18 @@ def main() -> None:
         probe.close()
         serve_args = [f"{k}={v}" for k, v in {"split": "all", **kwargs}.items()]
         servers = [_pinned(corrgrpo_serve(env_id, *serve_args, tmp=tmp), core) for core in (0, 1)]
+        servers.append(corrgrpo_serve(env_id, *serve_args, tmp=tmp))  # unpinned
         for s in servers:
             s.launch()
         try:
             for s in servers:
                 s.start()
-            one, two = servers[0].url, f"{servers[0].url},{servers[1].url}"
-            modes = {"in-process": (env_id, kwargs), "1 server": (one, {}), "2 servers": (two, {})}
+            modes = {
+                "in-process": (env_id, kwargs),
+                "1 server": (servers[2].url, {}),
+                "1 server, core 0": (servers[0].url, {}),
+                "2 servers, cores 0+1": (f"{servers[0].url},{servers[1].url}", {}),
+            }
             best = {m: 0.0 for m in modes}
             for _ in range(args.repeats):
                 for mode, (spec, kw) in modes.items():
@@ -116,16 +125,17 @@ def main() -> None:
                                              args.threads, references, task_ids)
                     best[mode] = max(best[mode], rate)
             lat_local = step_latency(env_id, kwargs, references, task_ids, args.latency_steps)
-            lat_remote = step_latency(one, {}, references, task_ids, args.latency_steps)
+            lat_remote = step_latency(servers[2].url, {}, references, task_ids, args.latency_steps)
         finally:
             for s in servers:
                 s.stop()
         print(f"\n{name}: {env_id} {kwargs}, P={args.groups} x G={args.group_size}, "
               f"{args.rounds} rounds, best of {args.repeats}, {args.threads} client threads")
-        print("| | member steps/s | vs in-process | vs 1 server |")
+        print("| | member steps/s | vs in-process | vs 1 server, core 0 |")
         print("|---|---|---|---|")
         for mode, rate in best.items():
-            print(f"| {mode} | {rate:,.1f} | {rate / best['in-process']:.2f} | {rate / best['1 server']:.2f} |")
+            print(f"| {mode} | {rate:,.1f} | {rate / best['in-process']:.2f} | "
+                  f"{rate / best['1 server, core 0']:.2f} |")
         print(f"latency of one reset + step: in-process {lat_local * 1e3:.2f} ms, "
               f"1 server {lat_remote * 1e3:.2f} ms, added {(lat_remote - lat_local) * 1e3:.2f} ms")
     print(f"\nload average at end: {os.getloadavg()}")

@@ -272,3 +272,17 @@ def test_urls_parse_to_http_bases():
     with pytest.raises(ValueError, match="not an OpenEnv server address"):
         parse_urls("openenv://https://a")
     assert json.loads(json.dumps(parse_urls("openenv://h:8000"))) == ["http://h:8000"]
+
+
+def test_eval_with_the_reference_policy_over_a_server_matches_in_process(servers, tmp_path):
+    from trainer.cli import main
+
+    scores = {}
+    for name, env_id in (("local", TOY), ("remote", servers[TOY].url)):
+        cfg = tmp_path / f"{name}.yaml"
+        cfg.write_text(f"env:\n  id: {env_id}\nmodel:\n  name_or_path: tiny\n")
+        out = tmp_path / f"{name}.json"
+        assert main(["eval", str(cfg), "--policy", "reference", "--split", "eval", "--limit", "6",
+                     "--out", str(out)]) == 0
+        scores[name] = json.loads(out.read_text())["metrics"]
+    assert scores["remote"] == scores["local"] and scores["local"]["digits"] > 0
