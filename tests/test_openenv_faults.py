@@ -132,3 +132,28 @@ def test_a_third_party_server_with_wrong_components_is_an_error_naming_server_ta
         env.close()
     finally:
         server.stop()
+
+
+def test_a_multi_turn_episode_replays_its_earlier_turns_on_the_next_server(tmp_path, caplog):
+    a = uvicorn_app("tests.openenv_apps:counting", tmp=tmp_path).launch()
+    b = uvicorn_app("tests.openenv_apps:counting", tmp=tmp_path).launch()
+    a.start(), b.start()
+    try:
+        env = corrgrpo_envs.make(f"{a.url},{b.url}", reward_names=["said"], reward_low=[0], reward_high=[1],
+                                 num_tasks=4, timeout_s=5.0)
+        env.reset(options={"task_id": "seed-0"})
+        _, r1, *_ , info = env.step("ab")
+        first = info["server"]
+        (a if first == a.base else b).kill()
+        with caplog.at_level(logging.WARNING, logger="corrgrpo_envs.integrations.openenv_client"):
+            _, r2, terminated, _, info = env.step("cde")
+        assert info["server"] != first
+        assert r1.tolist() == pytest.approx([0.2]) and r2.tolist() == pytest.approx([0.5])  # "ab" replayed first
+        assert not terminated
+        _, r3, terminated, _, _ = env.step("f")
+        assert r3.tolist() == pytest.approx([0.6]) and terminated
+        assert any(f"OpenEnv server {first} failed during step of task seed-0" in r.message for r in caplog.records)
+        env.close()
+    finally:
+        a.stop()
+        b.stop()

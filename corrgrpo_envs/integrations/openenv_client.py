@@ -407,13 +407,16 @@ class OpenEnvEnv(MultiRewardEnv):
         )
 
     def _with_failover(self, what: str, fn: Any) -> Any:
-        """``fn(url)`` on the episode's server; on a fault, replay the episode on another server."""
+        """``fn(url)`` on the episode's server; on a fault, replay the episode on another server first."""
         tried: list[str] = []
         errors: list[str] = []
+        replay = False
         while True:
             url = self._server
             assert url is not None
             try:
+                if replay:
+                    self._replay_on(url)
                 return fn(url)
             except RemoteEnvError:
                 raise
@@ -427,24 +430,17 @@ class OpenEnvEnv(MultiRewardEnv):
                 self._pool.mark_down(url, self.down_s)
                 self._pool.release(url, self._episode_task)
                 self._server = None
-                nxt = self._pool.acquire(self.task.id, exclude=tried) if len(tried) <= self.retries else None
+                nxt = self._pool.acquire(self._episode_task, exclude=tried) if len(tried) <= self.retries else None
                 if nxt is None:
                     raise RemoteEnvError(
-                        f"task {self.task.id}, {what}: OpenEnv server(s) failed: {'; '.join(errors)}"
+                        f"task {self._episode_task}, {what}: OpenEnv server(s) failed: {'; '.join(errors)}"
                     ) from None
                 log.warning(
                     "OpenEnv server %s failed during %s of task %s (%s); replaying the episode on %s",
-                    url, what, self.task.id, reason, nxt,
+                    url, what, self._episode_task, reason, nxt,
                 )
                 self._server = nxt
-                try:
-                    self._replay_on(nxt)
-                except RemoteEnvError:
-                    raise
-                except BaseException as exc2:
-                    if not self._is_fault(exc2):
-                        raise
-                    continue  # the loop's next call fails the same way and moves on
+                replay = what != "reset"  # a reset needs no history: it is simply sent again
 
     # ----------------------------------------------------------------- hooks
     def _release(self) -> None:
@@ -461,9 +457,9 @@ class OpenEnvEnv(MultiRewardEnv):
         url = self._pool.acquire(task.id)
         if url is None:
             # every server is marked down: try them all again rather than fail at once
-            url = self._pool.acquire(task.id, exclude=()) or self.urls[0]
             with self._pool.lock:
                 self._pool.down_until.clear()
+            url = self._pool.acquire(task.id)
         self._server = url
         result = self._with_failover("reset", lambda u: self._start(u, self._reset_args))
         return self._conversation_of(result, first=True)
