@@ -286,3 +286,17 @@ def test_eval_with_the_reference_policy_over_a_server_matches_in_process(servers
                      "--out", str(out)]) == 0
         scores[name] = json.loads(out.read_text())["metrics"]
     assert scores["remote"] == scores["local"] and scores["local"]["digits"] > 0
+
+
+def test_sft_reads_the_references_from_a_server(servers, tmp_path):
+    from trainer.cli import main
+
+    cfg = tmp_path / "sft.yaml"
+    cfg.write_text(
+        f"env:\n  id: {servers[TOY].url}\nmodel:\n  name_or_path: tiny\n"
+        "data:\n  source: env\n  train_split: train\n  eval_split: eval\n  max_eval_examples: 4\n  max_length: 512\n"
+        f"train:\n  steps: 2\n  batch_size: 4\n  eval_every: 2\n  save_every: 0\n  seed: 0\n"
+        f"  output_dir: {tmp_path / 'run'}\n"
+    )
+    assert main(["sft", str(cfg)]) == 0
+    assert (tmp_path / "run" / "model" / "config.json").exists()
