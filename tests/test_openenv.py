@@ -36,7 +36,7 @@ HAS_AGENTDOJO = importlib.util.find_spec("agentdojo") is not None
 
 #: per domain: the env kwargs both sides use (efficiency off: it times the program, so it varies run to run)
 DOMAINS = {
-    TOY: {"split": "all"},
+    TOY: {"split": "all", "num_tasks": 16},
     "corrgrpo/ToolCall-v0": {"split": "all"},
     "corrgrpo/Code-v0": {"split": "all", "efficiency": "off"},
     "corrgrpo/AgentDojo-v0": {"split": "all"},
@@ -96,7 +96,7 @@ def test_in_process_and_remote_give_identical_rewards_on_200_steps(servers, env_
         pytest.skip(f"{env_id} is not served here because agentdojo is not installed")
     kwargs = DOMAINS[env_id]
     local = corrgrpo_envs.make(env_id, **kwargs)
-    remote = corrgrpo_envs.make(servers[env_id].url, split=kwargs["split"])  # the rest is the server's
+    remote = corrgrpo_envs.make(servers[env_id].url, split="all")  # the rest is the server's
     lu, ru = local.unwrapped, remote.unwrapped
     assert ru.reward_names == lu.reward_names
     np.testing.assert_array_equal(ru.reward_space.low, lu.reward_space.low)
@@ -131,12 +131,16 @@ def test_in_process_and_remote_give_identical_rewards_on_200_steps(servers, env_
 
 
 def test_openenv_validate_passes_on_every_served_env(servers):
-    for env_id, server in servers.items():
-        out = subprocess.run(
+    procs = {  # the validations run side by side
+        env_id: subprocess.Popen(
             [sys.executable, "-m", "openenv.cli", "validate", "--url", server.base, "--json"],
-            capture_output=True, text=True, timeout=120,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
-        report = json.loads(out.stdout)
+        for env_id, server in servers.items()
+    }
+    for env_id, proc in procs.items():
+        out, _ = proc.communicate(timeout=180)
+        report = json.loads(out)
         assert report["passed"] is True, (env_id, report["summary"])
 
 
@@ -168,7 +172,7 @@ def test_reward_is_the_weighted_total_and_components_ride_in_metadata(servers):
 def test_task_listing_follows_the_env_splits(servers):
     base = servers[TOY].base
     assert httpx.get(f"{base}/list_environments").json() == ["ScaleDominance-v0"]
-    env = corrgrpo_envs.make(TOY, split="all").unwrapped
+    env = corrgrpo_envs.make(TOY, **DOMAINS[TOY]).unwrapped
     for split in ("all", "train", "eval"):
         expected = env.tasks.split(split).ids if split != "all" else env.task_ids
         listed = httpx.post(f"{base}/ScaleDominance-v0/tasks", json={"split": split}).json()["tasks"]
@@ -257,8 +261,8 @@ def test_grouped_vector_env_over_a_server_matches_in_process(servers):
     task_ids = ["prompt-0001", "prompt-0002", "prompt-0003"]
     actions = ["a 1", "bb 22", "cat 333", "a", "12", "banana 1"]
     results = []
-    for spec, executor in ((TOY, "thread"), (url, "thread")):
-        with GroupedVectorEnv(spec, num_groups=3, group_size=2, workers=2, executor=executor, split="all") as venv:
+    for spec, kwargs in ((TOY, DOMAINS[TOY]), (url, {"split": "all"})):
+        with GroupedVectorEnv(spec, num_groups=3, group_size=2, workers=2, **kwargs) as venv:
             venv.reset(task_ids=task_ids)
             _, rewards, terminated, _, infos = venv.step(actions)
             results.append(rewards)
@@ -280,7 +284,8 @@ def test_eval_with_the_reference_policy_over_a_server_matches_in_process(servers
     scores = {}
     for name, env_id in (("local", TOY), ("remote", servers[TOY].url)):
         cfg = tmp_path / f"{name}.yaml"
-        cfg.write_text(f"env:\n  id: {env_id}\nmodel:\n  name_or_path: tiny\n")
+        extra = "  num_tasks: 16\n" if env_id == TOY else ""
+        cfg.write_text(f"env:\n  id: {env_id}\n{extra}model:\n  name_or_path: tiny\n")
         out = tmp_path / f"{name}.json"
         assert main(["eval", str(cfg), "--policy", "reference", "--split", "eval", "--limit", "6",
                      "--out", str(out)]) == 0
