@@ -5,6 +5,7 @@ purpose, by the reset seed: 0 a good vector, 1 a missing component, 2 a NaN,
 3 a value outside [0, 1], 4 an extra component. Run with
 ``uvicorn tests.openenv_apps:scripted_rewards``. ``counting`` is a three-turn episode
 whose reward depends on every earlier turn (for replaying an episode on another server).
+``mcp_adder`` is an MCP tool env (one tool, ``add``).
 """
 
 from __future__ import annotations
@@ -89,3 +90,68 @@ class CountingEnvironment(Environment):
 
 
 counting = create_app(CountingEnvironment, SayAction, TextObservation, env_name="counting", max_concurrent_envs=8)
+
+
+def _adder_environment() -> Environment:
+    """An MCP tool env (OpenEnv's ``MCPEnvironment`` over a FastMCP server) with one tool, ``add``.
+
+    The task (by reset seed) is to make ``seed`` with one call; the call ends the episode
+    with reward 1 when the sum is right, else 0.
+    """
+    from fastmcp import FastMCP
+    from openenv.core.env_server.mcp_environment import MCPEnvironment
+    from openenv.core.env_server.mcp_types import CallToolAction
+
+    class AdderEnvironment(MCPEnvironment):
+        SUPPORTS_CONCURRENT_SESSIONS = True
+
+        def __init__(self) -> None:
+            mcp = FastMCP("adder")
+
+            @mcp.tool()
+            def add(a: int, b: int) -> int:
+                """Add two integers."""
+                return a + b
+
+            super().__init__(mcp)
+            self._target = 0
+            self._state = State(step_count=0)
+
+        def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Observation:
+            self._target = int(seed or 0)
+            self._state = State(episode_id=episode_id, step_count=0)
+            return Observation(metadata={"task": f"Use add to make {self._target}."})
+
+        def _judge(self, action: Action, obs: Observation) -> Observation:
+            if isinstance(action, CallToolAction):
+                self._state.step_count += 1
+                data = getattr(obs.result, "data", None) if obs.result is not None else None
+                obs.done = True
+                obs.reward = 1.0 if data == self._target else 0.0
+            return obs
+
+        def step(self, action: Action, timeout_s: float | None = None, **kwargs: Any) -> Observation:
+            return self._judge(action, super().step(action, timeout_s=timeout_s, **kwargs))
+
+        async def step_async(self, action: Action, timeout_s: float | None = None, **kwargs: Any) -> Observation:
+            # the WebSocket route calls step_async, which MCPEnvironment implements itself
+            return self._judge(action, await super().step_async(action, timeout_s=timeout_s, **kwargs))
+
+        def _step_impl(self, action: Action, timeout_s: float | None = None, **kwargs: Any) -> Observation:
+            return Observation(done=True, reward=0.0, metadata={"error": "call the add tool"})
+
+        @property
+        def state(self) -> State:
+            return self._state
+
+    return AdderEnvironment()
+
+
+def _mcp_app():
+    from openenv.core.env_server.mcp_types import CallToolObservation
+
+    env_cls = type(_adder_environment())
+    return create_app(env_cls, Action, CallToolObservation, env_name="adder", max_concurrent_envs=8)
+
+
+mcp_adder = _mcp_app()

@@ -77,3 +77,32 @@ def test_the_generated_env_trains_from_a_config(echo_server, tmp_path):
     assert [r["step"] for r in records] == [1, 2]
     assert all(r["episodes"] == 8 and r["reward_names"] == ["reward"] for r in records)
     assert all(0.0 <= r["reward/reward/mean"] <= 1.0 for r in records)
+
+
+def test_an_mcp_tool_env_takes_tool_calls_written_in_the_text(tmp_path):
+    from corrgrpo_envs.integrations.openenv_client import mcp_tool_call
+    from tests.openenv_servers import uvicorn_app
+
+    assert mcp_tool_call('<tool_call>\n{"name": "add", "parameters": {"a": 1}}\n</tool_call>') == {
+        "type": "call_tool", "tool_name": "add", "arguments": {"a": 1}}
+    assert mcp_tool_call("no call here") is None
+    server = uvicorn_app("tests.openenv_apps:mcp_adder", tmp=tmp_path).start()
+    try:
+        env = corrgrpo_envs.make(server.url, action_format="mcp", reward_low=[0], reward_high=[1], num_tasks=8)
+        obs, _ = env.reset(options={"task_id": "seed-5"})
+        assert obs["messages"] == [{"role": "user", "content": "Use add to make 5."}]
+        assert [t["name"] for t in obs["tools"]] == ["add"]  # from the server's list_tools
+        assert obs["tools"][0]["parameters"]["required"] == ["a", "b"]
+        for text, expected in (
+            ('<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>', 1.0),
+            ('{"name": "add", "arguments": {"a": 2, "b": 2}}', 0.0),
+        ):
+            env.reset(options={"task_id": "seed-5"})
+            _, reward, terminated, _, _ = env.step(text)
+            assert reward.tolist() == [expected] and terminated
+        env.reset(options={"task_id": "seed-5"})
+        _, reward, terminated, _, info = env.step("five")  # no tool call: scored locally, lowest reward
+        assert reward.tolist() == [0.0] and terminated and "no tool call" in info["error"]
+        env.close()
+    finally:
+        server.stop()

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import threading
 import time
 from collections import Counter
@@ -51,6 +52,7 @@ __all__ = [
     "RemoteEnvError",
     "RemoteRewardError",
     "parse_urls",
+    "mcp_tool_call",
     "SCHEME",
 ]
 
@@ -190,9 +192,35 @@ def _observation_text(observation: Mapping[str, Any], field: str | None) -> str:
     if field is not None:
         return str(observation.get(field, ""))
     shown = {k: v for k, v in observation.items() if k not in ("metadata", "reward", "done")}
+    if not shown and observation.get("metadata"):
+        shown = dict(observation["metadata"])
     if len(shown) == 1:
         return str(next(iter(shown.values())))
     return "\n".join(f"{k}: {v if isinstance(v, str) else json.dumps(v)}" for k, v in shown.items())
+
+
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+def mcp_tool_call(text: str) -> dict[str, Any] | None:
+    """An MCP ``call_tool`` action from a tool call written in the text, or ``None`` when there is none.
+
+    The call is the first JSON object ``{"name": ..., "arguments": {...}}`` (``parameters``
+    is read as ``arguments``) inside ``<tool_call>...</tool_call>`` (the form the tool-call
+    domain and Qwen-style templates write), or the whole text when it is that object.
+    """
+    blocks = _TOOL_CALL.findall(text) or [text]
+    for block in blocks:
+        for line in [block.strip(), *block.strip().splitlines()]:
+            try:
+                call = json.loads(line)
+            except (json.JSONDecodeError, ValueError):
+                continue
+            if isinstance(call, Mapping) and isinstance(call.get("name"), str):
+                args = call.get("arguments", call.get("parameters", {}))
+                if isinstance(args, Mapping):
+                    return {"type": "call_tool", "tool_name": call["name"], "arguments": dict(args)}
+    return None
 
 
 # ------------------------------------------------------------------------ env
@@ -206,6 +234,9 @@ class OpenEnvEnv(MultiRewardEnv):
         reward_names, reward_low, reward_high, reward_weights: the components, for
             servers that do not publish them (or to check those that do).
         action_field: the action's text field (default: its one required string field).
+        action_format: ``"text"`` (the text goes into ``action_field``) or ``"mcp"`` (an MCP
+            tool env: the tool call written in the text becomes a ``call_tool`` action, and
+            the server's ``list_tools`` fill the observation's ``tools``).
         observation_field: the observation field shown to the policy (third-party
             servers without ``messages``; default: every field).
         max_turns: end an episode after this many steps (servers that never say done).
@@ -223,6 +254,7 @@ class OpenEnvEnv(MultiRewardEnv):
         reward_high: Sequence[float] | None = None,
         reward_weights: Sequence[float] | None = None,
         action_field: str | None = None,
+        action_format: str = "text",
         observation_field: str | None = None,
         max_turns: int | None = None,
         num_tasks: int = 64,
@@ -268,7 +300,13 @@ class OpenEnvEnv(MultiRewardEnv):
             source = TaskSource(tasks, name=first["env_name"] or "openenv").split(split)
         self._env_name = first["env_name"]
         self._split_name = split
-        self.action_field = action_field or _text_field(first["action"], first_url)
+        if action_format not in ("text", "mcp"):
+            raise ValueError(f"action_format must be 'text' or 'mcp', got {action_format!r}")
+        self.action_format = action_format
+        self.action_field = (
+            None if action_format == "mcp" else action_field or _text_field(first["action"], first_url)
+        )
+        self._tools: list[dict[str, Any]] = []
         self._pool = _pool(self.urls)
         self._clients: dict[str, Any] = {}
         self._server: str | None = None
@@ -320,7 +358,10 @@ class OpenEnvEnv(MultiRewardEnv):
         elif isinstance(meta.get("rubric_scores"), Mapping):
             raw, source = meta["rubric_scores"], "metadata['rubric_scores']"
         elif len(self.reward_names) == 1 and not self._from_components:
-            raw, source = {self.reward_names[0]: result.reward}, "reward"
+            reward = result.reward
+            if reward is None and not result.done:
+                reward = 0.0  # OpenEnv's reward is optional: a turn that scores nothing, mid-episode
+            raw, source = {self.reward_names[0]: reward}, "reward"
         else:
             raise RemoteRewardError(f"{where}: the step carries no reward components {list(self.reward_names)}")
         missing = [n for n in self.reward_names if n not in raw]
@@ -384,11 +425,18 @@ class OpenEnvEnv(MultiRewardEnv):
     def _start(self, url: str, reset_args: Mapping[str, Any]) -> Any:
         return self._call(url, "reset", lambda c: c.reset(**reset_args))
 
+    def _payload(self, action: str) -> dict[str, Any]:
+        if self.action_format == "mcp":
+            call = mcp_tool_call(action)
+            assert call is not None  # _act scores a text without a tool call locally
+            return call
+        return {self.action_field: action}
+
     def _replay_on(self, url: str) -> Any:
         """Reset ``url`` to this episode's task and step the actions played so far (same rewards)."""
         result = self._start(url, self._reset_args)
         for action, expected in self._history:
-            result = self._call(url, "replay", lambda c, a=action: c.step({self.action_field: a}))
+            result = self._call(url, "replay", lambda c, a=action: c.step(self._payload(a)))
             got = self._vector(result, url)
             if got != expected:
                 raise RemoteEnvError(
@@ -462,6 +510,15 @@ class OpenEnvEnv(MultiRewardEnv):
             url = self._pool.acquire(task.id)
         self._server = url
         result = self._with_failover("reset", lambda u: self._start(u, self._reset_args))
+        if self.action_format == "mcp":
+            listed = self._with_failover(
+                "list_tools", lambda u: self._call(u, "list_tools", lambda c: c.step({"type": "list_tools"}))
+            )
+            self._tools = [
+                {"name": t["name"], "description": t.get("description", ""),
+                 "parameters": t.get("input_schema", {"type": "object", "properties": {}})}
+                for t in listed.observation.get("tools", [])
+            ]
         return self._conversation_of(result, first=True)
 
     def _conversation_of(self, result: Any, first: bool, action: str | None = None) -> dict:
@@ -477,11 +534,16 @@ class OpenEnvEnv(MultiRewardEnv):
                 {"role": "assistant", "content": action or ""},
                 {"role": "user", "content": text},
             ]
-        return {"messages": [dict(m) for m in self._conversation], "tools": []}
+        return {"messages": [dict(m) for m in self._conversation], "tools": [dict(t) for t in self._tools]}
 
     def _act(self, action: str) -> StepOutcome:
+        if self.action_format == "mcp" and mcp_tool_call(action) is None:
+            # as for any unusable action: the lowest reward, and the episode ends
+            return self._invalid_outcome(
+                'no tool call in the answer (expected <tool_call>{"name": ..., "arguments": {...}}</tool_call>)'
+            )
         result = self._with_failover(
-            "step", lambda u: self._call(u, "step", lambda c: c.step({self.action_field: action}))
+            "step", lambda u: self._call(u, "step", lambda c: c.step(self._payload(action)))
         )
         server = self._server
         rewards = self._vector(result, server)
