@@ -321,9 +321,19 @@ def config_from_dict(data: dict[str, Any]) -> Config:
 
 def check_env_section(env: dict[str, Any], moved: dict[str, str], needs_id: str | None) -> None:
     """The ``env`` section has an ``id`` (``needs_id``: why, or None when it need not) and no key
-    that belongs to the trainer."""
+    that belongs to the trainer. A list of ``openenv://HOST:PORT`` ids (OpenEnv servers) becomes
+    one id, the servers comma-separated."""
     if needs_id and "id" not in env:
         raise ConfigError(f"env: needs an 'id' key ({needs_id})", "env")
+    env_id = env.get("id")
+    if isinstance(env_id, list):
+        if not env_id or not all(isinstance(u, str) and u.startswith("openenv://") for u in env_id):
+            raise ConfigError(f"env.id: a list must hold openenv://HOST:PORT addresses, got {env_id!r}", "env.id")
+        env["id"] = ",".join(env_id)
+    elif env_id is not None and not isinstance(env_id, str):
+        raise ConfigError(
+            f"env.id: expected an env id, an entry point or openenv://HOST:PORT, got {env_id!r}", "env.id"
+        )
     for key in env:
         check_moved(f"env.{key}", moved)
 
