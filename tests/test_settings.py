@@ -132,3 +132,16 @@ def test_help_lists_every_setting_with_its_default(command, defaults, capsys):
     if command == "sft":
         assert "  optim.lr  (number; allowed: > 0)  [2e-05]" in text and "  train.steps  (" in text
         assert "  train.batch_size  (integer; allowed: >= 1)  [16]" in text
+
+
+def test_env_id_rules_are_the_same_in_both_commands():
+    from trainer.config import config_from_dict
+    from trainer.sft import sft_config_from_dict
+
+    cfg = config_from_dict({"env": {"id": ["openenv://a:1", "openenv://b:2"]}})
+    assert cfg.env["id"] == "openenv://a:1,openenv://b:2"
+    for build in (config_from_dict, sft_config_from_dict):
+        with pytest.raises(ConfigError, match=re.escape("env.id: a list must hold openenv://HOST:PORT addresses")):
+            build({"env": {"id": ["corrgrpo/ToolCall-v0"]}})
+        with pytest.raises(ConfigError, match="env.id: expected an env id"):
+            build({"env": {"id": 3}})

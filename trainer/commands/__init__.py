@@ -2,7 +2,9 @@
 
 Every command that reads a run config takes it the same way: ``CONFIG`` then dotted
 ``section.key=value`` overrides; a bad file or key, or an env id that cannot be found,
-prints one ``error:`` line and exits with status 2 before any model is loaded.
+prints one ``error:`` line and exits with status 2 before any model is loaded; ``--help``
+lists every setting of the command's config with its default. The training commands
+(``train``, ``sft``) run through :func:`run_training`.
 """
 
 from __future__ import annotations
