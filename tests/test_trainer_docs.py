@@ -42,7 +42,8 @@ def test_registered_estimator_and_loss_from_the_yaml(tmp_path, registries):
     assert loss_cfg.agg_mode == "seq-mean-token-mean"
     logp = torch.tensor([[-1.0, -2.0], [-1.0, 0.0]], requires_grad=True)
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
-    out = fn(logp, logp.detach(), torch.tensor([1.0, -1.0]), mask, loss_cfg)
+    out = fn(losses.LossInputs(logp=logp, old_logp=logp.detach(), advantages=torch.tensor([1.0, -1.0]),
+                               mask=mask, options=loss_cfg))
     # seq-mean-token-mean of -A * logp: ((1 + 2) / 2 + (-1) / 1) / 2
     assert out.loss.item() == pytest.approx(0.25)
     result = advantages.compute_advantages(torch.tensor([[0.0], [2.0]]), torch.tensor([0, 0]),

@@ -169,12 +169,7 @@ def build_loss(cfg: Config) -> tuple[Callable[..., Any], LossConfig]:
     if "max_completion_length" not in a.loss_options:
         fixed["max_completion_length"] = r.max_new_tokens * r.max_turns
     loss_cfg = resolve_loss_config(a.loss, a.loss_options, agg_mode=a.loss_agg_mode, **fixed)
-    fn = get_loss(a.loss)
-    if a.tis_cap is not None and not _takes(fn, "token_weights"):
-        raise ValueError(
-            f"algorithm.tis_cap needs a loss that takes token_weights; {a.loss!r} does not"
-        )
-    return fn, loss_cfg
+    return get_loss(a.loss), loss_cfg
 
 
 def sampling_params(cfg: Config, greedy: bool = False) -> SamplingParams:
