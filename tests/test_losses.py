@@ -94,10 +94,15 @@ def test_default_configs_follow_the_papers():
         default_config("nope")
 
 
-def test_user_can_register_a_loss(monkeypatch):
-    monkeypatch.setattr(losses, "_LOSSES", dict(losses._LOSSES))
-    monkeypatch.setattr(losses, "_DEFAULTS", dict(losses._DEFAULTS))
+@pytest.fixture
+def scratch_registry():
+    """Losses a test registers are gone after it."""
+    restore = losses.LOSSES.snapshot()
+    yield
+    restore()
 
+
+def test_user_can_register_a_loss(scratch_registry):
     @register_loss("reinforce", defaults=LossConfig(kl_beta=0.1))
     def reinforce(inputs: LossInputs) -> LossOutput:
         x = inputs
@@ -105,6 +110,9 @@ def test_user_can_register_a_loss(monkeypatch):
 
     assert "reinforce" in available_losses() and default_config("reinforce").kl_beta == 0.1
     assert _call("reinforce", _t([[2.0]]), _t([[0.0]]), _t([1.0]), _t([[1.0]])).loss == -2
+    # override= replaces it (here: the same loss with other defaults)
+    register_loss("reinforce", defaults=LossConfig(kl_beta=0.2), override=True)(reinforce)
+    assert default_config("reinforce").kl_beta == 0.2
 
 
 # ----------------------------------------------------------------------------- rho = 1

@@ -22,11 +22,12 @@ def _blocks(lang: str) -> list[str]:
 
 
 @pytest.fixture
-def registries(monkeypatch):
+def registries():
     """Registrations made by a test are undone after it."""
-    monkeypatch.setattr(advantages, "_ESTIMATORS", dict(advantages._ESTIMATORS))
-    monkeypatch.setattr(losses, "_LOSSES", dict(losses._LOSSES))
-    monkeypatch.setattr(losses, "_DEFAULTS", dict(losses._DEFAULTS))
+    restores = [advantages.ESTIMATORS.snapshot(), losses.LOSSES.snapshot()]
+    yield
+    for restore in restores:
+        restore()
 
 
 def test_registered_estimator_and_loss_from_the_yaml(tmp_path, registries):

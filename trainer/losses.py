@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from trainer.entry_points import load_entry_point
+from corrgrpo_registry import Registry
 from trainer.loss_metrics import Max, Mean
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "LossFn",
     "LossInputs",
     "LossOutput",
+    "LOSSES",
     "aggregate",
     "available_losses",
     "default_config",
@@ -242,48 +243,37 @@ class LossOutput:
 
 LossFn = Callable[[LossInputs], LossOutput]
 
-_LOSSES: dict[str, LossFn] = {}
-_DEFAULTS: dict[str, LossConfig] = {}
+#: The losses by name (``algorithm.loss``), each with its paper's default config (metadata
+#: ``defaults``); an entry point ``package.module:function`` works without registering.
+LOSSES: Registry[LossFn] = Registry("loss")
 
 
-def register_loss(name: str, *, defaults: LossConfig | None = None) -> Callable[[LossFn], LossFn]:
+def register_loss(
+    name: str, *, defaults: LossConfig | None = None, override: bool = False
+) -> Callable[[LossFn], LossFn]:
     """Decorator that registers a loss under ``name``, with its paper's default config.
 
     ``defaults`` may be an instance of a ``LossConfig`` subclass that adds the loss's own
-    fields; they are then settable from ``algorithm.loss_options`` like the others.
+    fields; they are then settable from ``algorithm.loss_options`` like the others. Raises
+    ValueError when ``name`` is taken unless ``override`` is true.
     """
-
-    def decorator(fn: LossFn) -> LossFn:
-        if name in _LOSSES:
-            raise ValueError(f"a loss named {name!r} is already registered")
-        _LOSSES[name] = fn
-        _DEFAULTS[name] = defaults if defaults is not None else LossConfig()
-        return fn
-
-    return decorator
+    return LOSSES.register(name, override=override, defaults=defaults or LossConfig())
 
 
 def available_losses() -> list[str]:
     """Names of the registered losses, sorted."""
-    return sorted(_LOSSES)
+    return LOSSES.names()
 
 
 def get_loss(name: str) -> LossFn:
     """The loss registered under ``name``, or the function of an entry point ``pkg.mod:fn``."""
-    if ":" in name:
-        return load_entry_point(name, "loss")
-    if name not in _LOSSES:
-        raise ValueError(
-            f"unknown loss {name!r}; available: {', '.join(available_losses())} "
-            "(or an entry point package.module:function)"
-        )
-    return _LOSSES[name]
+    return LOSSES.get(name)
 
 
 def default_config(name: str) -> LossConfig:
     """A fresh copy of the default config of loss ``name`` (its paper's settings)."""
     get_loss(name)  # raises for unknown names
-    return dataclasses.replace(_DEFAULTS.get(name, LossConfig()))
+    return dataclasses.replace(LOSSES.metadata(name).get("defaults") or LossConfig())
 
 
 def resolve_loss_config(

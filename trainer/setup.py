@@ -10,7 +10,6 @@ reward names and default weights from the vector env, not from a separate env.
 from __future__ import annotations
 
 import copy
-import importlib
 import inspect
 import math
 from collections.abc import Callable
@@ -23,8 +22,8 @@ import torch
 from agents.models import load_model
 from agents.policy import SamplingParams
 from corrgrpo_envs.vector import GroupedVectorEnv
+from corrgrpo_registry import load_entry_point
 from trainer.config import Config
-from trainer.entry_points import load_entry_point
 from trainer.lora import apply_lora
 from trainer.losses import LossConfig, get_loss, resolve_loss_config
 from trainer.reward_weights import RewardWeights, resolve_reward_weights
@@ -47,12 +46,9 @@ def _env_factory(env_id: str) -> Callable[..., Any] | None:
     try:
         if env_id in gym.registry:
             entry = gym.spec(env_id).entry_point
-            if isinstance(entry, str):
-                module, _, attr = entry.partition(":")
-                return getattr(importlib.import_module(module), attr)
-            return entry
+            return load_entry_point(entry) if isinstance(entry, str) else entry
         if ":" in env_id:
-            return load_entry_point(env_id, "env")
+            return load_entry_point(env_id)
     except (ImportError, AttributeError, ValueError):
         return None  # make() reports it with its own message
     return None
