@@ -133,3 +133,12 @@ def test_the_server_engine_registers_without_being_imported():
     """)
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
                    env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+def test_a_rollout_backend_may_be_an_entry_point():
+    from trainer.config import ConfigError, load_config
+
+    cfg = load_config(ROOT / "env_configs" / "quickstart.yaml", ["rollout.backend=trainer.engines:HFEngine"])
+    assert cfg.rollout.backend == "trainer.engines:HFEngine"
+    with pytest.raises(ConfigError, match="rollout.backend: rollout backend entry point 'no_such_mod_qq:E'"):
+        load_config(ROOT / "env_configs" / "quickstart.yaml", ["rollout.backend=no_such_mod_qq:E"])
