@@ -29,6 +29,7 @@ __all__ = [
     "resolve_config_path",
     "is_entry_point",
     "load_entry_point",
+    "is_openenv_id",
 ]
 
 #: The multi-reward env ids (each with its ``description``), beside Gymnasium's own registry,
@@ -99,19 +100,21 @@ def _make_entry_point(entry_point: str, overrides: dict[str, Any]) -> gym.Env:
     return env
 
 
-def check_id(id_or_config: str | Path) -> None:
+def check_id(id_or_config: str | Path | list[str]) -> None:
     """Raise ``ValueError`` naming the problem when ``make(id_or_config)`` cannot find the env.
 
     Cheap (nothing is built): a registered id passes; an entry point must import and name
     an attribute; a YAML file must exist and hold an ``env.id`` that passes. Commands call
     it before loading a model, so a typo costs one error line, not a model load.
     """
+    if is_openenv_id(id_or_config):
+        return  # remote: the servers are asked when the env is built
     text = str(id_or_config)
     if text.endswith((".yaml", ".yml")):
         section = load_env_config(text)
         if "id" not in section:
             raise ValueError(f"{text}: the env section has no 'id'")
-        check_id(str(section["id"]))
+        check_id(section["id"] if isinstance(section["id"], list) else str(section["id"]))
         return
     if text in gym.registry:
         return
@@ -132,19 +135,44 @@ def check_id(id_or_config: str | Path) -> None:
     )
 
 
-def make(id_or_config: str | Path, **overrides: Any) -> gym.Env:
+def _make_openenv(url: str, overrides: dict[str, Any]) -> gym.Env:
+    """An env served by OpenEnv server(s), through Gymnasium's ``make`` like any other id."""
+    from corrgrpo_envs.integrations.openenv_client import OpenEnvEnv
+
+    spec = gym.envs.registration.EnvSpec(
+        id="openenv/Remote-v0", entry_point=OpenEnvEnv, kwargs={"url": url}, disable_env_checker=True
+    )
+    return gym.make(spec, **overrides)
+
+
+def is_openenv_id(id_or_urls: Any) -> bool:
+    """Whether ``id_or_urls`` names OpenEnv servers (``openenv://HOST:PORT``, comma-separated or a list)."""
+    if isinstance(id_or_urls, (list, tuple)):
+        return bool(id_or_urls) and all(str(u).startswith("openenv://") for u in id_or_urls)
+    return str(id_or_urls).startswith("openenv://")
+
+
+def make(id_or_config: str | Path | list[str], **overrides: Any) -> gym.Env:
     """Build an env from a registered id, an entry point or a YAML file's ``env:`` section.
 
     ``id_or_config`` is a registered id (``"corrgrpo/ToolCall-v0"``), an entry
     point ``"package.module:attribute"`` (an env class or a factory; the module
     is imported, the attribute called with the keyword arguments), or a YAML
-    path whose ``env.id`` is either. Keyword ``overrides`` replace the id's
-    defaults or the file's values.
+    path whose ``env.id`` is either, or OpenEnv servers: ``"openenv://HOST:PORT"``
+    (several separated by commas, or a list of them; extra ``openenv``). Keyword
+    ``overrides`` replace the id's defaults or the file's values.
     """
+    if is_openenv_id(id_or_config):
+        urls = id_or_config if isinstance(id_or_config, (list, tuple)) else [str(id_or_config)]
+        return _make_openenv(",".join(str(u) for u in urls), overrides)
     text = str(id_or_config)
     if text.endswith((".yaml", ".yml")):
         section = load_env_config(text)
-        env_id = str(section.pop("id"))
+        env_id = section.pop("id")
+        if is_openenv_id(env_id):
+            section.update(overrides)
+            return make(env_id, **section)
+        env_id = str(env_id)
         if env_id.endswith((".yaml", ".yml")):
             raise ValueError(f"{text}: env.id must be an env id or an entry point, not a config ({env_id!r})")
         section.update(overrides)

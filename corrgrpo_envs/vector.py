@@ -31,12 +31,12 @@ import numpy as np
 
 __all__ = ["GroupedVectorEnv"]
 
-EnvSpec = str | Path | Callable[..., gym.Env]
+EnvSpec = str | Path | list[str] | Callable[..., gym.Env]
 EXECUTORS = ("thread", "process")
 
 
 def _build_env(spec: EnvSpec, kwargs: dict[str, Any]) -> gym.Env:
-    if isinstance(spec, (str, Path)):
+    if isinstance(spec, (str, Path, list, tuple)):  # a list: OpenEnv server addresses
         from corrgrpo_envs.registry import make
 
         return make(spec, **kwargs)
@@ -101,7 +101,8 @@ class GroupedVectorEnv:
 
     Args:
         env: a registered id, an entry point ``"package.module:attribute"``, a YAML
-            config path, or a factory returning an env (called with ``env_kwargs``;
+            config path, OpenEnv servers (``"openenv://HOST:PORT"``, comma-separated or a
+            list: the members' episodes spread over them), or a factory returning an env (called with ``env_kwargs``;
             must be picklable for ``executor="process"``, e.g. a module-level
             function or class). Process workers import an entry point's module
             themselves (they start with this process's ``sys.path``).

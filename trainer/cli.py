@@ -17,6 +17,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "advantages": ("trainer.commands.advantages", "advantage estimators: demo and inspection"),
     "envs": ("corrgrpo_envs.commands", "list registered environments, check one against the contract"),
+    "serve": ("corrgrpo_envs.serve", "serve an env as an OpenEnv server (extra: openenv)"),
     "train": ("trainer.commands.train", "train a policy from a YAML config"),
     "sft": ("trainer.commands.sft", "supervised fine-tuning (a warm start for train) from a YAML config"),
     "eval": ("trainer.commands.evaluate", "evaluate a policy on a domain's metrics"),

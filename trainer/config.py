@@ -446,6 +446,14 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     cfg = build_config(Config, data)
     if "id" not in cfg.env:
         raise ConfigError("env: needs an 'id' key (e.g. corrgrpo/ScaleDominance-v0)")
+    env_id = cfg.env["id"]
+    if isinstance(env_id, list):
+        # OpenEnv servers: a list of openenv://HOST:PORT is one id, the servers comma-separated
+        if not env_id or not all(isinstance(u, str) and u.startswith("openenv://") for u in env_id):
+            raise ConfigError(f"env.id: a list must hold openenv://HOST:PORT addresses, got {env_id!r}")
+        cfg.env["id"] = ",".join(env_id)
+    elif not isinstance(env_id, str):
+        raise ConfigError(f"env.id: expected an env id, an entry point or openenv://HOST:PORT, got {env_id!r}")
     for key in cfg.env:
         _moved(f"env.{key}")
     for section in ("model", "algorithm", "rollout", "optim", "train"):

@@ -44,6 +44,10 @@ __all__ = [
 def _env_factory(env_id: str) -> Callable[..., Any] | None:
     """The class or factory behind a registered id or a ``package.module:attribute`` id."""
     try:
+        if env_id.startswith("openenv://"):
+            from corrgrpo_envs.integrations.openenv_client import OpenEnvEnv
+
+            return OpenEnvEnv
         if env_id in gym.registry:
             entry = gym.spec(env_id).entry_point
             return load_entry_point(entry) if isinstance(entry, str) else entry

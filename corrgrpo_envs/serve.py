@@ -1,0 +1,78 @@
+"""``corrgrpo serve ENV``: serve a multi-reward env over OpenEnv (HTTP + WebSocket).
+
+ENV is a registered id, an entry point ``package.module:attribute`` or an env YAML;
+``key=value`` arguments after it are the env's keyword arguments (a value that reads as
+JSON is that number, boolean, list or object; anything else is a string).
+The server is the ``openenv`` package's own (extra ``openenv``), run by uvicorn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+__all__ = ["add_arguments", "run", "parse_env_arguments", "main"]
+
+
+def parse_env_arguments(items: list[str]) -> dict[str, Any]:
+    """``["split=eval", "num_tasks=8", "efficiency=off"]`` -> ``{"split": "eval", "num_tasks": 8, "efficiency": "off"}``."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"env argument {item!r} is not key=value")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value  # YAML would read "off" as False; a plain string stays a string
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("env", help="env id, package.module:attribute, or an env YAML")
+    parser.add_argument("env_args", nargs="*", help="env keyword arguments, e.g. split=eval dataset=humaneval")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 for other machines)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    parser.add_argument("--max-sessions", type=int, default=64, help="concurrent WebSocket sessions per worker")
+    parser.add_argument("--log-level", default="warning")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        kwargs = parse_env_arguments(args.env_args)
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return 2
+    kwargs.setdefault("split", "all")
+    try:
+        from corrgrpo_envs.integrations.openenv_server import serve
+    except ImportError as exc:
+        print(
+            f"error: corrgrpo serve needs the openenv extra ({exc.name or exc} is missing): "
+            "pip install -e '.[openenv]' && pip install --no-deps openenv==0.10.0"
+        )
+        return 2
+    print(f"serving {args.env} {kwargs} over OpenEnv on http://{args.host}:{args.port} (ws /ws)", flush=True)
+    serve(
+        args.env,
+        kwargs,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        max_sessions=args.max_sessions,
+        log_level=args.log_level,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m corrgrpo_envs.serve ENV ...``: the same command without the trainer (no torch)."""
+    parser = argparse.ArgumentParser(prog="python -m corrgrpo_envs.serve", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
