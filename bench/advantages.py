@@ -6,7 +6,7 @@ its diagnostics, as the trainer calls it) is timed side by side with a
 straightforward float64 reference that loops over the groups in Python; the
 two must agree. Prints ms per call and the speed ratio.
 
-    python bench/advantages.py [--groups 1024] [--group-size 8] [--components 7] [--threads 1]
+    python -m bench.advantages [--groups 1024] [--group-size 8] [--components 7] [--threads 1]
 
 One torch thread by default: at this size (N x K = 57k values) intra-op
 parallelism gains little, and on a shared, oversubscribed CPU its thread
@@ -16,19 +16,14 @@ hand-offs can make each call 100x slower.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
 
-# run as a script, bench/ comes first on sys.path and bench/trainer.py would
-# shadow the trainer package
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-from trainer.advantages import compute_advantages  # noqa: E402
+from bench.versions import format_versions, interpreter_versions
+from trainer.advantages import compute_advantages
 
 EPS = 1e-6
 ACTIVITY_RTOL = 1e-12
@@ -120,10 +115,6 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=1.0, help="timing budget per estimator")
     args = parser.parse_args()
-    import runpy  # bench/ is off sys.path here (see the top of the file): load bench/versions.py by path
-
-    _v = runpy.run_path(str(Path(__file__).with_name("versions.py")))
-    format_versions, interpreter_versions = _v["format_versions"], _v["interpreter_versions"]
     print(format_versions("versions", interpreter_versions()), flush=True)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,6 +1,6 @@
 """Steps per second of the toy domain and of GroupedVectorEnv with 1 vs 2 workers.
 
-    python bench/envs.py [--groups 64] [--group-size 8] [--rounds 20]
+    python -m bench.envs [--groups 64] [--group-size 8] [--rounds 20]
 
 A step here is one member's reset + step (a single-turn episode). Ratios are
 against baselines measured in the same run: the bare scoring function for the
@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20, help="reset+step rounds per measurement")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    from versions import format_versions, interpreter_versions  # bench/versions.py
+    from bench.versions import format_versions, interpreter_versions  # bench/versions.py
     print(format_versions("versions", interpreter_versions()), flush=True)
     n = args.groups * args.group_size
     texts = random_texts(n)

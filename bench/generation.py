@@ -1,8 +1,8 @@
 """Generation throughput: HFPolicy's static-cache decode loop against transformers ``generate``.
 
-    python bench/generation.py                          # anchor setting: tiny-anchor, 8 x 8 rollouts, 64 tokens
-    python bench/generation.py --models tiny-anchor,tiny,smollm2-135m --batch 64
-    .venv-vllm/bin/python bench/generation.py --vllm    # also VLLMPolicy (vLLM CPU)
+    python -m bench.generation                          # anchor setting: tiny-anchor, 8 x 8 rollouts, 64 tokens
+    python -m bench.generation --models tiny-anchor,tiny,smollm2-135m --batch 64
+    .venv-vllm/bin/python -m bench.generation --vllm    # also VLLMPolicy (vLLM CPU)
 
 Each round is a fresh process with an explicit torch thread count (``--threads``)
 that builds the model once and times the contenders batch by batch in alternation
@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 CONTENDERS = ("generate", "static")
 
@@ -95,7 +94,7 @@ def _run_round(contenders: list[str], model: str, args: argparse.Namespace) -> d
         out = Path(tmp) / "result.json"
         env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(args.threads),
                "MKL_NUM_THREADS": str(args.threads), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-        cmd = [sys.executable, __file__, "--child", ",".join(contenders), "--models", model,
+        cmd = [sys.executable, "-m", "bench.generation", "--child", ",".join(contenders), "--models", model,
                "--batch", str(args.batch), "--group", str(args.group), "--new-tokens", str(args.new_tokens),
                "--repeats", str(args.repeats), "--threads", str(args.threads), "--out", str(out)]
         subprocess.run(cmd, check=True, cwd=ROOT, env=env, timeout=1800)
@@ -128,7 +127,7 @@ def main() -> int:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from versions import format_versions, interpreter_versions  # bench/versions.py
+    from bench.versions import format_versions, interpreter_versions  # bench/versions.py
     if not args.child:
         print(format_versions("versions", interpreter_versions()), flush=True)
     if args.child:

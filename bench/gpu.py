@@ -1,7 +1,7 @@
 """One GPU: a random-init ~0.5B Qwen2 in bf16 on the toy domain through the trainer's HF path.
 
-    python bench/gpu.py --out runs/gpu_bench            # one GPU (about 2-4 minutes on an H200)
-    python bench/gpu.py --smoke --out /tmp/gpu_smoke    # tiny sizes on CPU, a few seconds
+    python -m bench.gpu --out runs/gpu_bench            # one GPU (about 2-4 minutes on an H200)
+    python -m bench.gpu --smoke --out /tmp/gpu_smoke    # tiny sizes on CPU, a few seconds
 
 Nothing is downloaded: the tokenizer is the built-in byte-level BPE trained on the fly
 (``agents.models.build_tiny_model``'s, 2048 tokens) and the model a random-init
@@ -30,14 +30,12 @@ import os
 import platform
 import resource
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 #: NVIDIA H200 SXM bf16 dense tensor-core peak, TFLOP/s.
 H200_BF16_TFLOPS = 989.0

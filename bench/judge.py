@@ -8,17 +8,17 @@ the mean and largest CPU time per verdict of this process and of the worker, the
 wall time, and whether the two ways agree on every verdict. Then every probe of
 :mod:`corrgrpo_envs.code.judge_probes` with its cost.
 
-    python bench/judge.py                                     # HumanEval, 164 tasks
-    python bench/judge.py --dataset PATH/LeetCodeDataset-v0.3.1-test.jsonl.gz --limit 100
+    python -m bench.judge                                     # HumanEval, 164 tasks
+    python -m bench.judge --dataset PATH/LeetCodeDataset-v0.3.1-test.jsonl.gz --limit 100
 """
 
 from __future__ import annotations
 
 import argparse
-import runpy
 import statistics
 import time
-from pathlib import Path
+
+from bench.versions import format_versions, interpreter_versions
 
 
 def main() -> None:
@@ -29,8 +29,7 @@ def main() -> None:
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--no-probes", action="store_true")
     args = parser.parse_args()
-    versions = runpy.run_path(str(Path(__file__).with_name("versions.py")))
-    print(versions["format_versions"]("versions", versions["interpreter_versions"]()), flush=True)
+    print(format_versions("versions", interpreter_versions()), flush=True)
 
     import corrgrpo_envs
     from corrgrpo_envs.code import judge_probes

@@ -17,7 +17,7 @@ step adds: one member, reset + step in sequence, remote mean minus in-process me
 code env's ``efficiency`` reward is off on every side (it would time each reference). The
 load average at the start and end of the run is printed with the results.
 
-    python bench/remote_env.py --rounds 5 --repeats 2
+    python -m bench.remote_env --rounds 5 --repeats 2
 """
 
 from __future__ import annotations
@@ -25,17 +25,15 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import corrgrpo_envs
+from bench.versions import format_versions, interpreter_versions
+from corrgrpo_envs.vector import GroupedVectorEnv
+from tests.openenv_servers import corrgrpo_serve
 
-import corrgrpo_envs  # noqa: E402
-from bench.versions import format_versions, interpreter_versions  # noqa: E402
-from corrgrpo_envs.vector import GroupedVectorEnv  # noqa: E402
-from tests.openenv_servers import corrgrpo_serve  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 ENVS = {
     "code": ("corrgrpo/Code-v0", {"dataset": "humaneval", "efficiency": "off"}),

@@ -19,7 +19,7 @@ contender's time includes starting its sandboxes (fork servers). The best of
 and are reported as skipped, with the reason, without them. The load average at
 the start and end of the run is printed with the results.
 
-    python bench/sandbox.py --workers 2 --repeats 2
+    python -m bench.sandbox --workers 2 --repeats 2
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def main() -> None:
                         help="contenders: backend names, '-fresh' for a fresh interpreter per program, "
                              "'+verdicts' for the code env's scoring protocol")
     args = parser.parse_args()
-    from versions import format_versions, interpreter_versions  # bench/versions.py
+    from bench.versions import format_versions, interpreter_versions  # bench/versions.py
     print(format_versions("versions", interpreter_versions()), flush=True)
     problems = list(read_problems().values())
     programs = [judged_program(p["prompt"], p["prompt"] + p["canonical_solution"], p["test"],

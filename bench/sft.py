@@ -20,7 +20,7 @@ process (``ru_maxrss``), and the training loss at each step (mean over rounds), 
 corrgrpo / TRL.
 
     scripts/trl_venv.sh                                  # once: .venv-trl with trl 1.16.0
-    .venv/bin/python bench/sft.py --rounds 3 --steps 20  # table + runs/bench_sft/results.json
+    .venv/bin/python -m bench.sft --rounds 3 --steps 20  # table + runs/bench_sft/results.json
 
 The losses differ in one detail: TRL's completion is what the template writes after the
 prompt, ``answer<|im_end|>\\n``, so it also trains on the newline after the end-of-turn token;
@@ -171,7 +171,7 @@ def corrgrpo_command(python: str, data: Path, model: Path, args: argparse.Namesp
 
 
 def trl_command(python: str, data: Path, model: Path, args: argparse.Namespace, run: Path) -> list[str]:
-    return [python, str(Path(__file__).resolve()), "--child-trl", "--data", str(data), "--model", str(model),
+    return [python, "-m", "bench.sft", "--child-trl", "--data", str(data), "--model", str(model),
             "--out", str(run), "--steps", str(args.steps), "--batch", str(args.batch), "--lr", str(args.lr),
             "--threads", str(args.threads), "--max-length", str(args.max_length)]
 
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--child-trl", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    from versions import format_versions, interpreter_versions  # bench/versions.py
+    from bench.versions import format_versions, interpreter_versions  # bench/versions.py
     if not args.child_trl:
         print(format_versions("versions", interpreter_versions()), flush=True)
         print(format_versions("TRL side", interpreter_versions(args.trl_python)), flush=True)
@@ -230,7 +230,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     args.out.mkdir(parents=True, exist_ok=True)
-    sys.path.insert(0, str(ROOT))
     ours, theirs, model, data_info = build_data(args.out, args.tasks, args.model)
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1",
                OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))

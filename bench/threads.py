@@ -1,7 +1,7 @@
 """Torch threads against a competing busy process: ``compute_advantages`` on 8192 x 7 rewards.
 
-    python bench/threads.py                 # threads 1 and all cores, with and without a busy process
-    python bench/threads.py --rounds 5 --calls 30
+    python -m bench.threads                 # threads 1 and all cores, with and without a busy process
+    python -m bench.threads --rounds 5 --calls 30
 
 What the trainer's thread rule (``trainer.threads.auto_torch_threads``) is for: OpenMP
 threads that find a core taken spin against each other. Each measurement runs in a fresh
@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def child(threads: int, calls: int, out: str) -> None:
@@ -55,7 +54,7 @@ def _measure(threads: int, busy: int, calls: int) -> float:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "r.json"
             env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-            subprocess.run([sys.executable, __file__, "--child", str(threads), "--calls", str(calls),
+            subprocess.run([sys.executable, "-m", "bench.threads", "--child", str(threads), "--calls", str(calls),
                             "--out", str(out)], check=True, env=env, cwd=ROOT, timeout=900)
             return json.loads(out.read_text())["ms"]
     finally:
@@ -73,7 +72,7 @@ def main() -> int:
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from versions import format_versions, interpreter_versions  # bench/versions.py
+    from bench.versions import format_versions, interpreter_versions  # bench/versions.py
     if not args.child:
         print(format_versions("versions", interpreter_versions()), flush=True)
     if args.child is not None:

@@ -7,7 +7,7 @@ call, a broken tag, one of each per task in turn) and the same through
 ``json.loads`` of every tool-call line (the least any scorer must do), so the
 ratio says what the full four-reward scoring costs on top of reading the JSON.
 
-    python bench/toolcall.py [--repeats 5] [--data ../shared/data]
+    python -m bench.toolcall [--repeats 5] [--data ../shared/data]
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--data", type=Path, default=None, help="folder holding rlla_4k/ and api_bank/")
     args = parser.parse_args()
-    from versions import format_versions, interpreter_versions  # bench/versions.py
+    from bench.versions import format_versions, interpreter_versions  # bench/versions.py
     print(format_versions("versions", interpreter_versions()), flush=True)
     data = args.data or shared_data_dir()
     if data is None or not (data / "rlla_4k").is_dir():

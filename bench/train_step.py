@@ -16,8 +16,8 @@ between its two sides) on ``--setting`` quickstart, anchor (``env_configs/anchor
 or smollm2 (``env_configs/toolcall_smollm2.yaml``, ``--max-new-tokens`` shortens it); the
 machine's load average is printed with each process's result.
 
-    python bench/train_step.py --steps 12 --rounds 2
-    python bench/train_step.py --overlap --setting anchor --steps 8 --rounds 3
+    python -m bench.train_step --steps 12 --rounds 2
+    python -m bench.train_step --overlap --setting anchor --steps 8 --rounds 3
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def run_child(kind: str, steps: int, extra: list[str] | None = None) -> dict:
         out = Path(tmp) / "result.json"
         load_before = os.getloadavg()[0]
         subprocess.run(
-            [sys.executable, __file__, "--child", kind, "--steps", str(steps), "--out", str(out), *(extra or [])],
+            [sys.executable, "-m", "bench.train_step", "--child", kind, "--steps", str(steps), "--out", str(out), *(extra or [])],
             check=True, cwd=ROOT,
         )
         result = json.loads(out.read_text())
@@ -171,7 +171,7 @@ def main() -> None:
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
-    from versions import format_versions, interpreter_versions  # bench/versions.py
+    from bench.versions import format_versions, interpreter_versions  # bench/versions.py
     if not args.child:
         print(format_versions("versions", interpreter_versions()), flush=True)
     if args.child:

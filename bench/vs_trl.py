@@ -15,8 +15,8 @@ the generation and update parts of a step, the peak RSS of the process (``ru_max
 mean reward per component at each step; then the ratios corrgrpo / TRL with the same loss.
 
     scripts/trl_venv.sh                              # once: .venv-trl with torch 2.13.0 + trl 1.16.0
-    .venv/bin/python bench/vs_trl.py --rounds 3      # table + runs/vs_trl/results.json
-    .venv/bin/python bench/vs_trl.py --profile       # also: cProfile of one corrgrpo run
+    .venv/bin/python -m bench.vs_trl --rounds 3      # table + runs/vs_trl/results.json
+    .venv/bin/python -m bench.vs_trl --profile       # also: cProfile of one corrgrpo run
 
 The two trainers differ in what a "step" times: corrgrpo's ``time/step`` spans rollout, rewards,
 advantages and the update; TRL's interval also includes its logging callbacks (small here).
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from versions import format_versions, interpreter_versions  # bench/versions.py
+from bench.versions import format_versions, interpreter_versions  # bench/versions.py
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CORRGRPO_SHARED", ROOT.parent / "shared"))

@@ -12,16 +12,16 @@ an env that was never registered, as long as its module imports.
 
 from __future__ import annotations
 
-import importlib
-import re
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
 from corrgrpo_envs.yaml_files import load_yaml
+from corrgrpo_registry import Registry, is_entry_point, load_entry_point
 
 __all__ = [
+    "ENVS",
     "register",
     "make",
     "registered_ids",
@@ -32,10 +32,9 @@ __all__ = [
     "is_openenv_id",
 ]
 
-#: ``package.module:attribute`` (dotted module path, then a dotted attribute path).
-_ENTRY_POINT = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
-
-_IDS: dict[str, str] = {}  # id -> one-line description
+#: The multi-reward env ids (each with its ``description``), beside Gymnasium's own registry,
+#: which builds them: this one lists them (``corrgrpo envs list``, the conformance tests).
+ENVS: Registry[Any] = Registry("env id")
 
 #: Where the project's YAML configs live when running from a checkout.
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "env_configs"
@@ -45,21 +44,23 @@ def register(id: str, entry_point: str | Any, description: str = "", **kwargs: A
     """Register a multi-reward env under ``id`` (e.g. ``"myorg/MyTask-v0"``).
 
     ``entry_point`` is a class, a factory, or a ``"module:attr"`` string (imported
-    lazily on ``make``); ``kwargs`` are its default keyword arguments.
+    lazily on ``make``); ``kwargs`` are its default keyword arguments. Registering an id
+    again replaces it, as ``gymnasium.register`` does (a re-run notebook cell re-registers).
     """
     if "/" not in id or not id.rsplit("-v", 1)[-1].isdigit():
         raise ValueError(f"env id must look like 'namespace/Name-vN', got {id!r}")
+    ENVS.register(id, entry_point, override=True, description=description)
     gym.register(id=id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=True)
-    _IDS[id] = description
 
 
 def registered_ids() -> list[str]:
     """Ids of every multi-reward env registered through :func:`register`, sorted."""
-    return sorted(_IDS)
+    return ENVS.names()
 
 
 def description(id: str) -> str:
-    return _IDS.get(id, "")
+    """The one-line description ``id`` was registered with ("" when none)."""
+    return str(ENVS.metadata(id).get("description", ""))
 
 
 def resolve_config_path(path: str | Path) -> Path:
@@ -83,31 +84,6 @@ def load_env_config(path: str | Path) -> dict[str, Any]:
     if not isinstance(section, dict) or "id" not in section:
         raise ValueError(f"{resolved}: needs an 'env:' section with an 'id' key")
     return dict(section)
-
-
-def is_entry_point(text: str) -> bool:
-    """Whether ``text`` has the form ``package.module:attribute``."""
-    return bool(_ENTRY_POINT.match(text))
-
-
-def load_entry_point(entry_point: str) -> Any:
-    """Import ``package.module`` and return its ``attribute`` (dotted paths allowed).
-
-    Raises ``ModuleNotFoundError`` (the module, or one it imports, is missing) or
-    ``AttributeError`` naming the module and the missing attribute.
-    """
-    if not is_entry_point(entry_point):
-        raise ValueError(f"entry point must look like 'package.module:attribute', got {entry_point!r}")
-    module_name, attr_path = entry_point.split(":", 1)
-    obj: Any = importlib.import_module(module_name)
-    for part in attr_path.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise AttributeError(
-                f"entry point {entry_point!r}: module {module_name!r} has no attribute {attr_path!r}"
-            ) from None
-    return obj
 
 
 def _make_entry_point(entry_point: str, overrides: dict[str, Any]) -> gym.Env:

@@ -3,7 +3,7 @@
 # TRL anchor (../shared/anchors/trl_grpo_tiny.py) side by side with corrgrpo.
 #
 #   scripts/trl_venv.sh [VENV_DIR]        # default: .venv-trl in the repository root
-#   .venv/bin/python bench/vs_trl.py      # finds .venv-trl/bin/python by itself
+#   .venv/bin/python -m bench.vs_trl      # finds .venv-trl/bin/python by itself
 #
 # torch is installed first and pinned to the same CPU build as the main venv, so that TRL's
 # torch requirement is already satisfied and no CUDA wheels are pulled.

@@ -158,22 +158,37 @@ def test_nonfinite_estimator_output_is_an_error(tmp_path, monkeypatch):
     sys.modules.pop("bad_estimators", None)
 
 
+#: The project's packages whose imports are followed (importing one of their modules runs
+#: its package's ``__init__`` too, so those count as well).
+PROJECT = ("trainer", "agents", "corrgrpo_envs", "corrgrpo_registry")
+
+
+def _source(module: str) -> Path:
+    path = ROOT / module.replace(".", "/")
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
 def _external_imports(module: str, seen: set[str] | None = None) -> set[str]:
     """Top-level packages ``module`` imports, following the project's own modules (whose
-    imports count as the importer's: importing one imports everything it imports)."""
+    imports count as the importer's: importing one imports everything it imports, and its
+    packages' ``__init__`` modules)."""
     seen = set() if seen is None else seen
     seen.add(module)
-    tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
+    parts = module.split(".")
+    out = set()
+    for package in (".".join(parts[:i]) for i in range(1, len(parts))):
+        if package not in seen:
+            out |= _external_imports(package, seen)
+    tree = ast.parse(_source(module).read_text())
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             names.add(node.module)
-    out = set()
     for name in names:
-        if name.split(".")[0] == "trainer":
-            assert (ROOT / (name.replace(".", "/") + ".py")).exists(), name
+        if name.split(".")[0] in PROJECT:
+            assert _source(name).exists(), name
             if name not in seen:
                 out |= _external_imports(name, seen)
         else:
@@ -181,7 +196,19 @@ def _external_imports(module: str, seen: set[str] | None = None) -> set[str]:
     return out
 
 
-def test_estimator_module_imports_only_torch_and_numpy():
-    imported = _external_imports("trainer.advantages")
+@pytest.mark.parametrize("module", ["trainer.advantages", "trainer.losses"])
+def test_estimator_and_loss_modules_import_only_torch_and_numpy(module):
+    imported = _external_imports(module)
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
-    assert imported - stdlib == {"numpy", "torch"}, imported
+    assert "torch" in imported and imported - stdlib <= {"numpy", "torch"}, imported
+
+
+def test_the_registry_imports_only_the_standard_library():
+    imported = _external_imports("corrgrpo_registry")
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+def test_the_import_walk_follows_package_inits():
+    """Importing a module under corrgrpo_envs runs its ``__init__``, which imports Gymnasium:
+    the walk must see it (why the registry is not a module under corrgrpo_envs)."""
+    assert "gymnasium" in _external_imports("corrgrpo_envs.yaml_files")

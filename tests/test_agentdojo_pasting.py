@@ -3,7 +3,7 @@
 The attack is real: an answer that pastes the tool outputs or the environment's text
 passes AgentDojo's own utility check (``info["utility_check"]``) where the same calls
 with a short answer do not need it to; with the guard the utility reward is 0, and
-honest answers keep theirs. ``bench/agentdojo_pasting.py`` measures all 97 clean tasks.
+honest answers keep theirs. ``studies/agentdojo_pasting.py`` measures all 97 clean tasks.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_smoke_run_writes_the_report(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "CUDA_VISIBLE_DEVICES": ""}
-    subprocess.run([sys.executable, str(ROOT / "bench" / "gpu.py"), "--smoke", "--out", str(tmp_path)],
+    subprocess.run([sys.executable, "-m", "bench.gpu", "--smoke", "--out", str(tmp_path)],
                    check=True, env=env, cwd=ROOT, timeout=300)
     report = json.loads((tmp_path / "gpu_bench.json").read_text())
     assert report["smoke"] and report["parameters"] > 0
@@ -31,12 +31,9 @@ def test_smoke_run_writes_the_report(tmp_path):
 
 
 def test_full_model_is_half_a_billion_parameters():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import gpu
-    finally:
-        sys.path.pop(0)
     from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from bench import gpu
 
     with torch.device("meta"):
         model = Qwen2ForCausalLM(Qwen2Config(vocab_size=2048, tie_word_embeddings=False, **gpu.FULL))

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from corrgrpo_envs.metrics import mcnemar_exact, wilson_interval
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-try:
-    import learning_code
-finally:
-    sys.path.pop(0)
+from studies import learning_code
 
 
 def test_mcnemar_exact_known_values():

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from corrgrpo_envs.toolcall.metrics import toolcall_metrics, wilson_interval
+from studies import learning_toolcall
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-try:
-    import learning_toolcall
-finally:
-    sys.path.pop(0)
 
 
 def test_wilson_interval_known_values():

@@ -1,6 +1,7 @@
 """Tests of trainer/losses.py: policy-gradient values, clipping, aggregation, masking, KL and
 micro-batching, with hand-computed numbers."""
 
+import dataclasses
 import math
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from trainer import losses
 from trainer.losses import (
     LossConfig,
+    LossInputs,
     LossOutput,
     available_losses,
     default_config,
@@ -43,9 +45,19 @@ def _normaliser(name: str, mask: torch.Tensor, cfg: LossConfig) -> torch.Tensor:
     return torch.full_like(mask, float((cfg.max_completion_length or length) * batch))
 
 
+def _inputs(name, logp, old_logp, adv, mask, cfg=None, **kw) -> LossInputs:
+    """The inputs of loss ``name`` (its default options unless ``cfg``)."""
+    return LossInputs(logp=logp, old_logp=old_logp, advantages=adv, mask=mask,
+                      options=cfg or default_config(name), **kw)
+
+
+def _call(name, *args, **kw) -> LossOutput:
+    return get_loss(name)(_inputs(name, *args, **kw))
+
+
 def _run(name, logp, old_logp, adv, mask, cfg=None, **kw) -> tuple[LossOutput, torch.Tensor]:
     logp = logp.clone().requires_grad_(True)
-    out = get_loss(name)(logp, old_logp, adv, mask, cfg or default_config(name), **kw)
+    out = _call(name, logp, old_logp, adv, mask, cfg, **kw)
     out.loss.backward()
     return out, logp.grad
 
@@ -82,16 +94,25 @@ def test_default_configs_follow_the_papers():
         default_config("nope")
 
 
-def test_user_can_register_a_loss(monkeypatch):
-    monkeypatch.setattr(losses, "_LOSSES", dict(losses._LOSSES))
-    monkeypatch.setattr(losses, "_DEFAULTS", dict(losses._DEFAULTS))
+@pytest.fixture
+def scratch_registry():
+    """Losses a test registers are gone after it."""
+    restore = losses.LOSSES.snapshot()
+    yield
+    restore()
 
+
+def test_user_can_register_a_loss(scratch_registry):
     @register_loss("reinforce", defaults=LossConfig(kl_beta=0.1))
-    def reinforce(logp, old_logp, advantages, mask, cfg, **_):
-        return LossOutput(-(advantages[:, None] * logp * mask).sum() / mask.sum())
+    def reinforce(inputs: LossInputs) -> LossOutput:
+        x = inputs
+        return LossOutput(-(x.advantages[:, None] * x.logp * x.mask).sum() / x.token_denominator)
 
     assert "reinforce" in available_losses() and default_config("reinforce").kl_beta == 0.1
-    assert get_loss("reinforce")(_t([[2.0]]), _t([[0.0]]), _t([1.0]), _t([[1.0]]), None).loss == -2
+    assert _call("reinforce", _t([[2.0]]), _t([[0.0]]), _t([1.0]), _t([[1.0]])).loss == -2
+    # override= replaces it (here: the same loss with other defaults)
+    register_loss("reinforce", defaults=LossConfig(kl_beta=0.2), override=True)(reinforce)
+    assert default_config("reinforce").kl_beta == 0.2
 
 
 # ----------------------------------------------------------------------------- rho = 1
@@ -367,23 +388,34 @@ def test_micro_batches_reproduce_the_full_batch(name, seed, batch, length, data)
 
 @pytest.mark.parametrize("name", ALL)
 def test_bad_shapes_raise(name):
-    fn, cfg = get_loss(name), default_config(name)
     logp = torch.zeros(2, 3, dtype=DT)
     adv = torch.zeros(2, dtype=DT)
     with pytest.raises(ValueError, match="old_logp"):
-        fn(logp, torch.zeros(2, 4, dtype=DT), adv, MASK, cfg)
+        _call(name, logp, torch.zeros(2, 4, dtype=DT), adv, MASK)
     with pytest.raises(ValueError, match="mask"):
-        fn(logp, logp, adv, torch.ones(3, 3, dtype=DT), cfg)
+        _call(name, logp, logp, adv, torch.ones(3, 3, dtype=DT))
     with pytest.raises(ValueError, match="advantages"):
-        fn(logp, logp, torch.zeros(2, 1, dtype=DT), MASK, cfg)
+        _call(name, logp, logp, torch.zeros(2, 1, dtype=DT), MASK)
     with pytest.raises(ValueError, match="ref_logp"):
-        fn(logp, logp, adv, MASK, cfg, ref_logp=torch.zeros(2, dtype=DT))
+        _call(name, logp, logp, adv, MASK, ref_logp=torch.zeros(2, dtype=DT))
     with pytest.raises(ValueError, match=r"\[B, T\]"):
-        fn(torch.zeros(6, dtype=DT), torch.zeros(6, dtype=DT), adv, MASK, cfg)
+        _call(name, torch.zeros(6, dtype=DT), torch.zeros(6, dtype=DT), adv, MASK)
     with pytest.raises(ValueError, match="only 0 and 1"):
-        fn(logp, logp, adv, MASK * 0.5, cfg)
+        _call(name, logp, logp, adv, MASK * 0.5)
     with pytest.raises(ValueError, match="denominators"):
-        fn(logp, logp, adv, MASK, cfg, token_denominator=0)
+        _call(name, logp, logp, adv, MASK, token_denominator=0)
+
+
+def test_inputs_fill_in_the_denominators_of_a_batch_on_its_own():
+    logp = torch.zeros(2, 3, dtype=DT)
+    x = _inputs("grpo", logp, logp, ADV, MASK)
+    assert (x.seq_denominator, x.token_denominator) == (2.0, 4.0)
+    x = _inputs("grpo", logp, logp, ADV, MASK, seq_denominator=8, token_denominator=30)
+    assert (x.seq_denominator, x.token_denominator) == (8.0, 30.0)
+    empty = _inputs("grpo", logp, logp, ADV, torch.zeros_like(MASK))
+    assert empty.token_denominator == 1.0  # never a division by zero
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        x.logp = logp
 
 
 @pytest.mark.parametrize(
@@ -404,8 +436,8 @@ def test_bad_config_raises(kwargs):
 
 def test_bool_mask_is_accepted():
     logp = torch.zeros(2, 3, dtype=DT)
-    a = get_loss("grpo")(logp, logp, ADV, MASK, LossConfig()).loss
-    b = get_loss("grpo")(logp, logp, ADV, MASK.bool(), LossConfig()).loss
+    a = _call("grpo", logp, logp, ADV, MASK, LossConfig()).loss
+    b = _call("grpo", logp, logp, ADV, MASK.bool(), LossConfig()).loss
     assert a.item() == b.item() == pytest.approx(0.5)
 
 
@@ -468,7 +500,7 @@ def test_aggregation_modes_hand_computed(mode, want):
     logp = torch.zeros(2, 3, dtype=DT)
     for name in ("grpo", "dapo", "dr_grpo", "gspo"):
         cfg = resolve_loss_config(name, {"max_completion_length": 5}, agg_mode=mode)
-        out = get_loss(name)(logp, logp, ADV, MASK, cfg)
+        out = _call(name, logp, logp, ADV, MASK, cfg)
         assert out.loss.item() == pytest.approx(-want), (name, mode)
 
 
@@ -479,7 +511,7 @@ def test_nan_advantage_on_a_fully_masked_row_never_reaches_the_loss():
         out, grad = _run(name, logp, logp, _t([1.0, float("nan")]), mask)
         assert math.isfinite(out.loss.item()) and torch.isfinite(grad).all(), name
         with pytest.raises(ValueError, match="row 0"):
-            get_loss(name)(logp, logp, _t([float("nan"), 1.0]), mask, default_config(name))
+            _call(name, logp, logp, _t([float("nan"), 1.0]), mask)
 
 
 def test_token_weights_scale_the_policy_term_only():
@@ -499,14 +531,15 @@ def test_loss_entry_point(tmp_path, monkeypatch):
     import textwrap
 
     (tmp_path / "my_losses.py").write_text(textwrap.dedent("""
-        from trainer.losses import LossOutput
+        from trainer.losses import LossInputs, LossOutput
 
-        def reinforce(logp, old_logp, advantages, mask, cfg, **_):
-            return LossOutput(-(advantages[:, None] * logp * mask).sum() / mask.sum())
+        def reinforce(inputs: LossInputs) -> LossOutput:
+            x = inputs
+            return LossOutput(-(x.advantages[:, None] * x.logp * x.mask).sum() / x.token_denominator)
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
-    fn = get_loss("my_losses:reinforce")
-    assert fn(_t([[2.0]]), _t([[0.0]]), _t([1.0]), _t([[1.0]]), default_config("my_losses:reinforce")).loss == -2
+    assert get_loss("my_losses:reinforce").__name__ == "reinforce"
+    assert _call("my_losses:reinforce", _t([[2.0]]), _t([[0.0]]), _t([1.0]), _t([[1.0]])).loss == -2
     with pytest.raises(ValueError, match="cannot import"):
         get_loss("no_such_module_abc:fn")
     sys.modules.pop("my_losses", None)
@@ -523,10 +556,10 @@ def test_micro_batch_metrics_combine_to_the_full_batch_metrics(name):
     logp, old, ref, adv, mask = _random_batch(11, 8, 5)
     logp = logp + torch.linspace(-0.6, 0.6, 40, dtype=DT).view(8, 5)  # ratios far from 1
     cfg = LossConfig(kl_beta=0.05, dual_clip=3.0)
-    full = get_loss(name)(logp, old, adv, mask, cfg, ref_logp=ref)
+    full = _call(name, logp, old, adv, mask, cfg, ref_logp=ref)
     acc = MetricAccumulator()
     for rows in (slice(0, 5), slice(5, 8)):
-        part = get_loss(name)(logp[rows], old[rows], adv[rows], mask[rows], cfg, ref_logp=ref[rows])
+        part = _call(name, logp[rows], old[rows], adv[rows], mask[rows], cfg, ref_logp=ref[rows])
         acc.add(part.metrics)
     combined = acc.reduce()
     for key in ("clip_fraction", "ratio_mean", "ratio_max", "kl"):

@@ -1,23 +1,17 @@
-"""The tool-call estimator study's setting builds and trains (bench/study_toolcall.py, env_configs/study_toolcall.yaml)."""
+"""The tool-call estimator study's setting builds and trains (studies/study_toolcall.py, env_configs/study_toolcall.yaml)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from corrgrpo_envs.toolcall.generator import generate_task
+from studies import study_toolcall
 
 ROOT = Path(__file__).resolve().parents[1]
-# only for this import: left on sys.path, bench/agentdojo.py would shadow the agentdojo package
-sys.path.insert(0, str(ROOT / "bench"))
-try:
-    import study_toolcall
-finally:
-    sys.path[:] = [p for p in sys.path if p != str(ROOT / "bench")]
 
 
 def test_generator_options_keep_the_default_tasks_and_shorten_the_prompt():

@@ -70,7 +70,7 @@ def test_train_uses_estimator_and_loss_entry_points(tmp_path, monkeypatch):
     import textwrap
 
     (tmp_path / "my_rl_plugins.py").write_text(textwrap.dedent("""
-        from trainer.losses import LossOutput
+        from trainer.losses import LossInputs, LossOutput
 
         CALLS = {"estimator": 0, "loss": 0}
 
@@ -78,11 +78,10 @@ def test_train_uses_estimator_and_loss_entry_points(tmp_path, monkeypatch):
             CALLS["estimator"] += 1
             return factor * groups.weighted.sum(dim=1)
 
-        def reinforce(logp, old_logp, advantages, mask, cfg, *, seq_denominator=None,
-                      token_denominator=None, **_):
+        def reinforce(inputs: LossInputs) -> LossOutput:
             CALLS["loss"] += 1
-            n = token_denominator or mask.sum()
-            return LossOutput(-(advantages[:, None] * logp * mask).sum() / n, {})
+            x = inputs
+            return LossOutput(-(x.advantages[:, None] * x.logp * x.mask).sum() / x.token_denominator)
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
     run = tmp_path / "run"

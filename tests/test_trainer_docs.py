@@ -22,11 +22,12 @@ def _blocks(lang: str) -> list[str]:
 
 
 @pytest.fixture
-def registries(monkeypatch):
+def registries():
     """Registrations made by a test are undone after it."""
-    monkeypatch.setattr(advantages, "_ESTIMATORS", dict(advantages._ESTIMATORS))
-    monkeypatch.setattr(losses, "_LOSSES", dict(losses._LOSSES))
-    monkeypatch.setattr(losses, "_DEFAULTS", dict(losses._DEFAULTS))
+    restores = [advantages.ESTIMATORS.snapshot(), losses.LOSSES.snapshot()]
+    yield
+    for restore in restores:
+        restore()
 
 
 def test_registered_estimator_and_loss_from_the_yaml(tmp_path, registries):
@@ -42,7 +43,8 @@ def test_registered_estimator_and_loss_from_the_yaml(tmp_path, registries):
     assert loss_cfg.agg_mode == "seq-mean-token-mean"
     logp = torch.tensor([[-1.0, -2.0], [-1.0, 0.0]], requires_grad=True)
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
-    out = fn(logp, logp.detach(), torch.tensor([1.0, -1.0]), mask, loss_cfg)
+    out = fn(losses.LossInputs(logp=logp, old_logp=logp.detach(), advantages=torch.tensor([1.0, -1.0]),
+                               mask=mask, options=loss_cfg))
     # seq-mean-token-mean of -A * logp: ((1 + 2) / 2 + (-1) / 1) / 2
     assert out.loss.item() == pytest.approx(0.25)
     result = advantages.compute_advantages(torch.tensor([[0.0], [2.0]]), torch.tensor([0, 0]),

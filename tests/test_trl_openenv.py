@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +27,7 @@ NAMES = ("digits", "has_a", "word_with_a")
 
 
 def _train(url: str, out: Path) -> dict:
-    sys.path.insert(0, str(ROOT / "examples"))
-    import trl_openenv
+    from examples import trl_openenv
 
     model, tokenizer = trl_openenv.tiny_model_and_tokenizer()
     trainer = trl_openenv.train(url, model, tokenizer, out / "trl", steps=2)
@@ -48,7 +46,7 @@ def test_grpo_trainer_trains_on_a_served_env_with_one_reward_function_per_compon
             out = tmp_path / "result.json"
             code = (
                 "import json, sys; from pathlib import Path;"
-                f"sys.path.insert(0, {str(ROOT)!r}); from tests import test_trl_openenv as t;"
+                "from tests import test_trl_openenv as t;"  # python -c in the checkout: it is on sys.path
                 f"Path({str(out)!r}).write_text(json.dumps(t._train({server.url!r}, Path({str(tmp_path)!r}))))"
             )
             env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",

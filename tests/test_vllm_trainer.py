@@ -63,8 +63,7 @@ def test_vllm_rollouts_and_weight_sync(tmp_path):
 
 _OVERLAP_SCRIPT = """
 import sys
-sys.path.insert(0, sys.argv[2])  # the tests folder
-from engine_checks import assert_engine_samples_trainer_weights
+from engine_checks import assert_engine_samples_trainer_weights  # the tests folder is on PYTHONPATH
 from trainer.config import config_from_dict
 from trainer.run_logger import read_metrics
 from trainer.trainer import Trainer
@@ -106,8 +105,9 @@ def test_vllm_engine_with_overlapped_generation(tmp_path):
 
     script = tmp_path / "overlap_run.py"
     script.write_text(_OVERLAP_SCRIPT)
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     tests = Path(__file__).resolve().parent
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), str(tests)], capture_output=True,
+    path = os.pathsep.join(filter(None, [str(tests), str(tests.parent), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONPATH": path}
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], capture_output=True,
                           text=True, env=env, timeout=600, cwd=tests.parent)
     assert proc.returncode == 0 and "OVERLAP OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]

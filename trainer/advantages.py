@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.entry_points import load_entry_point
+from corrgrpo_registry import Registry
 
 __all__ = [
     "ACTIVITY_RTOL",
@@ -60,6 +60,7 @@ __all__ = [
     "AdvantageResult",
     "AdvantageStats",
     "RewardGroups",
+    "ESTIMATORS",
     "available_estimators",
     "compute_advantages",
     "check_estimator",
@@ -96,7 +97,10 @@ DEFAULT_EPS = 1e-6
 DENSE_ID_RANGE_FACTOR = 4
 
 Estimator = Callable[..., torch.Tensor]
-_ESTIMATORS: dict[str, Estimator] = {}
+
+#: The estimators by name (``algorithm.estimator``); an entry point ``package.module:function``
+#: of any importable module works without registering.
+ESTIMATORS: Registry[Estimator] = Registry("estimator")
 
 
 # --------------------------------------------------------------------------- #
@@ -366,19 +370,12 @@ def register_estimator(name: str, *, override: bool = False) -> Callable[[Estima
     rejects any other option. Raises ValueError when ``name`` is taken unless
     ``override`` is true.
     """
-
-    def decorator(fn: Estimator) -> Estimator:
-        if name in _ESTIMATORS and not override:
-            raise ValueError(f"estimator {name!r} is already registered")
-        _ESTIMATORS[name] = fn
-        return fn
-
-    return decorator
+    return ESTIMATORS.register(name, override=override)
 
 
 def available_estimators() -> list[str]:
     """Names of the registered estimators, sorted."""
-    return sorted(_ESTIMATORS)
+    return ESTIMATORS.names()
 
 
 def get_estimator(name: str) -> Estimator:
@@ -387,15 +384,7 @@ def get_estimator(name: str) -> Estimator:
     ValueError listing the known ones for an unknown name, or saying why an entry point
     cannot be loaded.
     """
-    if ":" in name:
-        return load_entry_point(name, "estimator")
-    try:
-        return _ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown estimator {name!r}; available: {', '.join(available_estimators())} "
-            "(or an entry point package.module:function)"
-        ) from None
+    return ESTIMATORS.get(name)
 
 
 def check_estimator(name: str, options: dict[str, Any] | None = None) -> None:

@@ -372,7 +372,14 @@ def _check_plugins(cfg: Config) -> None:
         raise ConfigError(f"{key}: {str(exc).removeprefix(f'{exc.key}: ')}", key) from None
     except ValueError as exc:
         raise ConfigError(f"algorithm.loss / loss_options: {exc}", "algorithm.loss") from None
-    if cfg.rollout.backend not in available_engines():
+    if ":" in cfg.rollout.backend:  # an entry point package.module:Class: it must load
+        from trainer.engines import ENGINES
+
+        try:
+            ENGINES.get(cfg.rollout.backend)
+        except ValueError as exc:
+            raise ConfigError(f"rollout.backend: {exc}", "rollout.backend") from None
+    elif cfg.rollout.backend not in available_engines():
         raise ConfigError(
             f"rollout.backend: {cfg.rollout.backend!r} is not allowed; allowed values: one of "
             + ", ".join(repr(n) for n in available_engines()),

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from agents.policy import Action, SamplingParams
+from corrgrpo_registry import Registry
 
 __all__ = [
+    "ENGINES",
     "HFEngine",
     "RolloutEngine",
     "VLLMEngine",
@@ -61,31 +63,29 @@ class RolloutEngine(ABC):
         self.policy.close()
 
 
-_ENGINES: dict[str, Callable[..., RolloutEngine]] = {}
+#: The rollout engines by name (``rollout.backend``); an entry point
+#: ``package.module:Class`` of any importable module works without registering.
+ENGINES: Registry[Callable[..., RolloutEngine]] = Registry("rollout backend")
 
 
-def register_engine(name: str) -> Callable[[type[RolloutEngine]], type[RolloutEngine]]:
-    """Class decorator registering a rollout engine under ``name`` (``rollout.backend``)."""
+def register_engine(
+    name: str, *, override: bool = False
+) -> Callable[[type[RolloutEngine]], type[RolloutEngine]]:
+    """Class decorator registering a rollout engine under ``name`` (``rollout.backend``).
 
-    def decorator(cls: type[RolloutEngine]) -> type[RolloutEngine]:
-        if name in _ENGINES:
-            raise ValueError(f"a rollout engine named {name!r} is already registered")
-        _ENGINES[name] = cls
-        return cls
-
-    return decorator
+    Raises ValueError when ``name`` is taken unless ``override`` is true.
+    """
+    return ENGINES.register(name, override=override)
 
 
 def available_engines() -> list[str]:
     """Names of the registered rollout engines, sorted."""
-    return sorted(_ENGINES)
+    return ENGINES.names()
 
 
 def make_engine(name: str, model: Any, tokenizer: Any, cfg: Any) -> RolloutEngine:
-    """Build the engine registered under ``name``."""
-    if name not in _ENGINES:
-        raise ValueError(f"unknown rollout backend {name!r}; available: {', '.join(available_engines())}")
-    return _ENGINES[name](model, tokenizer, cfg)
+    """Build the engine registered under ``name`` (or named by an entry point)."""
+    return ENGINES.get(name)(model, tokenizer, cfg)
 
 
 @register_engine("hf")
@@ -147,5 +147,6 @@ class VLLMEngine(RolloutEngine):
         self._policy.update_weights(full_state_dict(model))  # full tensors, also under FSDP
 
 
-# engines defined in modules of their own register when imported here
-from trainer import server_engine  # noqa: E402, F401
+# Engines in modules of their own are registered by entry point: their module (and what it
+# imports, such as an HTTP client) loads when a run uses them.
+ENGINES.register("server", "trainer.server_engine:ServerEngine")

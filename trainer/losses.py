@@ -1,16 +1,17 @@
 """Policy-gradient losses for grouped rollouts (GRPO and its variants).
 
-Every loss has the signature
+A loss is a function of one :class:`LossInputs` that returns one :class:`LossOutput`::
 
-    fn(logp, old_logp, advantages, mask, cfg, *, ref_logp=None,
-       seq_denominator=None, token_denominator=None, token_weights=None) -> LossOutput
+    fn(inputs: LossInputs) -> LossOutput
 
-with ``logp``, ``old_logp``, ``ref_logp``, ``mask`` and ``token_weights`` of shape ``[B, T]``
-(``mask`` is 1 on the completion tokens the policy generated, 0 on prompt, tool-result and
-padding tokens; ``token_weights`` are constant per-token factors of the policy term, e.g.
-truncated importance weights against the sampler) and ``advantages`` of shape ``[B]``.
+``inputs`` holds ``logp``, ``old_logp``, ``ref_logp``, ``mask`` and ``token_weights`` of shape
+``[B, T]`` (``mask`` is 1 on the completion tokens the policy generated, 0 on prompt,
+tool-result and padding tokens; ``token_weights`` are constant per-token factors of the policy
+term, e.g. truncated importance weights against the sampler), ``advantages`` of shape ``[B]``,
+the batch denominators and the loss's ``options`` (a :class:`LossConfig`). The inputs are
+checked when they are built, so every loss, a user's too, sees well-formed tensors.
 
-How per-token terms become one number is ``cfg.agg_mode`` (verl's ``loss_agg_mode``), by
+How per-token terms become one number is ``options.agg_mode`` (verl's ``loss_agg_mode``), by
 default the loss's own:
 
 - ``seq-mean-token-mean`` (grpo, gspo): mean over a sequence's tokens, then over sequences;
@@ -22,10 +23,10 @@ default the loss's own:
 gspo's term is one per sequence (a sequence-level ratio), given to each of its tokens, so its
 default mode is exactly the mean over sequences.
 
-The denominators are arguments so that gradient accumulation reproduces the full-batch
+The denominators are inputs so that gradient accumulation reproduces the full-batch
 loss exactly: when a batch is split into micro-batches (or spread over processes), pass the
 full batch's ``seq_denominator`` (number of sequences) and ``token_denominator`` (number of
-masked tokens) to every call, and the sum of the micro-batch losses equals the full-batch
+masked tokens) in every micro-batch's inputs, and the sum of the micro-batch losses equals the full-batch
 loss, and so do the gradients. Diagnostics are :mod:`trainer.loss_metrics` values (means that
 keep their weights, maxima) so that they combine exactly over micro-batches and processes.
 
@@ -45,7 +46,7 @@ from typing import Any
 
 import torch
 
-from trainer.entry_points import load_entry_point
+from corrgrpo_registry import Registry
 from trainer.loss_metrics import Max, Mean
 from trainer.settings import ConfigError, Range, num_field, validate
 
@@ -54,7 +55,9 @@ __all__ = [
     "LossConfig",
     "LossConfigError",
     "LossFn",
+    "LossInputs",
     "LossOutput",
+    "LOSSES",
     "aggregate",
     "available_losses",
     "default_config",
@@ -119,6 +122,91 @@ class LossConfig:
             raise LossConfigError(exc.key or "?", str(exc)) from None
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
+class LossInputs:
+    """Everything a loss reads about one (micro-)batch; checked when built.
+
+    Raises ValueError naming the bad field: a shape that is not ``logp``'s ``[B, T]`` (or
+    ``[B]`` for ``advantages``), a mask with values other than 0 and 1, a denominator <= 0, or
+    a non-finite advantage on a row with trained tokens. A missing denominator is filled in from
+    this batch alone (``B`` sequences, its masked-token count).
+    """
+
+    logp: torch.Tensor
+    """``[B, T]`` log-probabilities of the sampled tokens under the policy being trained; the
+    loss's gradient flows to them."""
+
+    old_logp: torch.Tensor
+    """``[B, T]`` log-probabilities under the weights before this step's first update (PPO's
+    proximal policy); constants."""
+
+    advantages: torch.Tensor
+    """``[B]`` one advantage per sequence."""
+
+    mask: torch.Tensor
+    """``[B, T]`` 1 on the completion tokens the policy generated, 0 elsewhere (bool or 0/1)."""
+
+    options: LossConfig
+    """The loss's hyper-parameters: its registered defaults with ``algorithm.loss_options``."""
+
+    ref_logp: torch.Tensor | None = None
+    """``[B, T]`` log-probabilities under the frozen reference (for the KL term), or None."""
+
+    token_weights: torch.Tensor | None = None
+    """``[B, T]`` constant factors of each token's policy term (truncated importance weights
+    against the sampler when ``algorithm.tis_cap`` is set), or None. A loss multiplies its
+    policy term by them; a loss that ignores them ignores ``tis_cap``."""
+
+    seq_denominator: float | None = None
+    """Number of sequences of the whole (mini-)batch this micro-batch belongs to."""
+
+    token_denominator: float | None = None
+    """Number of masked tokens of the whole (mini-)batch this micro-batch belongs to."""
+
+    def __post_init__(self) -> None:
+        logp = self.logp
+        if logp.dim() != 2:
+            raise ValueError(f"logp must have shape [B, T], got {tuple(logp.shape)}")
+        shape = logp.shape
+        named = {"old_logp": self.old_logp, "mask": self.mask}
+        if self.ref_logp is not None:
+            named["ref_logp"] = self.ref_logp
+        if self.token_weights is not None:
+            named["token_weights"] = self.token_weights
+        for name, tensor in named.items():
+            if tensor.shape != shape:
+                raise ValueError(
+                    f"{name} must have the shape of logp {tuple(shape)}, got {tuple(tensor.shape)}"
+                )
+        advantages = self.advantages
+        if advantages.shape != shape[:1]:
+            raise ValueError(f"advantages must have shape [{shape[0]}], got {tuple(advantages.shape)}")
+        mask = self.mask
+        keep = mask.bool()
+        if mask.dtype != torch.bool and not torch.equal(mask, keep.to(mask.dtype)):
+            raise ValueError("mask must hold only 0 and 1")
+        seq_denominator, token_denominator = self.seq_denominator, self.token_denominator
+        if seq_denominator is None:
+            seq_denominator = shape[0]
+        if token_denominator is None:
+            token_denominator = max(1.0, float(keep.sum()))
+        if float(seq_denominator) <= 0 or float(token_denominator) <= 0:
+            raise ValueError(
+                f"denominators must be > 0, got seq_denominator={seq_denominator}, "
+                f"token_denominator={token_denominator}"
+            )
+        # A row without trained tokens contributes nothing, whatever its advantage (a NaN there
+        # must not turn the loss into NaN); a non-finite advantage on a trained row is a bug upstream.
+        bad = keep.any(dim=1) & ~torch.isfinite(advantages.detach())
+        if bad.any():
+            row = int(torch.nonzero(bad)[0])
+            raise ValueError(f"advantages must be finite on rows with trained tokens; row {row} is "
+                             f"{float(advantages[row])}")
+        # frozen: the filled-in denominators are set once, here
+        object.__setattr__(self, "seq_denominator", float(seq_denominator))
+        object.__setattr__(self, "token_denominator", float(token_denominator))
+
+
 @dataclass
 class LossOutput:
     """A loss value to back-propagate and diagnostics of this (micro-)batch."""
@@ -135,50 +223,39 @@ class LossOutput:
     float counts as a mean of weight 1."""
 
 
-LossFn = Callable[..., LossOutput]
+LossFn = Callable[[LossInputs], LossOutput]
 
-_LOSSES: dict[str, LossFn] = {}
-_DEFAULTS: dict[str, LossConfig] = {}
+#: The losses by name (``algorithm.loss``), each with its paper's default config (metadata
+#: ``defaults``); an entry point ``package.module:function`` works without registering.
+LOSSES: Registry[LossFn] = Registry("loss")
 
 
-def register_loss(name: str, *, defaults: LossConfig | None = None) -> Callable[[LossFn], LossFn]:
+def register_loss(
+    name: str, *, defaults: LossConfig | None = None, override: bool = False
+) -> Callable[[LossFn], LossFn]:
     """Decorator that registers a loss under ``name``, with its paper's default config.
 
     ``defaults`` may be an instance of a ``LossConfig`` subclass that adds the loss's own
-    fields; they are then settable from ``algorithm.loss_options`` like the others.
+    fields; they are then settable from ``algorithm.loss_options`` like the others. Raises
+    ValueError when ``name`` is taken unless ``override`` is true.
     """
-
-    def decorator(fn: LossFn) -> LossFn:
-        if name in _LOSSES:
-            raise ValueError(f"a loss named {name!r} is already registered")
-        _LOSSES[name] = fn
-        _DEFAULTS[name] = defaults if defaults is not None else LossConfig()
-        return fn
-
-    return decorator
+    return LOSSES.register(name, override=override, defaults=defaults or LossConfig())
 
 
 def available_losses() -> list[str]:
     """Names of the registered losses, sorted."""
-    return sorted(_LOSSES)
+    return LOSSES.names()
 
 
 def get_loss(name: str) -> LossFn:
     """The loss registered under ``name``, or the function of an entry point ``pkg.mod:fn``."""
-    if ":" in name:
-        return load_entry_point(name, "loss")
-    if name not in _LOSSES:
-        raise ValueError(
-            f"unknown loss {name!r}; available: {', '.join(available_losses())} "
-            "(or an entry point package.module:function)"
-        )
-    return _LOSSES[name]
+    return LOSSES.get(name)
 
 
 def default_config(name: str) -> LossConfig:
     """A fresh copy of the default config of loss ``name`` (its paper's settings)."""
     get_loss(name)  # raises for unknown names
-    return dataclasses.replace(_DEFAULTS.get(name, LossConfig()))
+    return dataclasses.replace(LOSSES.metadata(name).get("defaults") or LossConfig())
 
 
 def resolve_loss_config(
@@ -233,69 +310,27 @@ class _Batch:
     token_denominator: float
 
 
-def _prepare(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    ref_logp: torch.Tensor | None,
-    seq_denominator: float | None,
-    token_denominator: float | None,
-    token_weights: torch.Tensor | None = None,
-) -> _Batch:
-    if logp.dim() != 2:
-        raise ValueError(f"logp must have shape [B, T], got {tuple(logp.shape)}")
-    shape = logp.shape
-    named = {"old_logp": old_logp, "mask": mask}
-    if ref_logp is not None:
-        named["ref_logp"] = ref_logp
-    if token_weights is not None:
-        named["token_weights"] = token_weights
-    for name, tensor in named.items():
-        if tensor.shape != shape:
-            raise ValueError(
-                f"{name} must have the shape of logp {tuple(shape)}, got {tuple(tensor.shape)}"
-            )
-    if advantages.shape != shape[:1]:
-        raise ValueError(f"advantages must have shape [{shape[0]}], got {tuple(advantages.shape)}")
-    keep = mask.bool()
-    if mask.dtype != torch.bool and not torch.equal(mask, keep.to(mask.dtype)):
-        raise ValueError("mask must hold only 0 and 1")
-    if seq_denominator is None:
-        seq_denominator = shape[0]
-    if token_denominator is None:
-        token_denominator = max(1.0, float(keep.sum()))
-    if float(seq_denominator) <= 0 or float(token_denominator) <= 0:
-        raise ValueError(
-            f"denominators must be > 0, got seq_denominator={seq_denominator}, "
-            f"token_denominator={token_denominator}"
-        )
-    # A row without trained tokens contributes nothing, whatever its advantage (a NaN there
-    # must not turn the loss into NaN); a non-finite advantage on a trained row is a bug upstream.
+def _prepare(inputs: LossInputs) -> _Batch:
+    keep = inputs.mask.bool()
     has_tokens = keep.any(dim=1)
-    bad = has_tokens & ~torch.isfinite(advantages.detach())
-    if bad.any():
-        row = int(torch.nonzero(bad)[0])
-        raise ValueError(f"advantages must be finite on rows with trained tokens; row {row} is "
-                         f"{float(advantages[row])}")
-
     # Half-precision log-probs lose the small differences the ratio is made of: compute in
     # at least float32 (the gradient still flows back to logp in its own dtype).
-    dtype = torch.promote_types(logp.dtype, torch.float32)
+    dtype = torch.promote_types(inputs.logp.dtype, torch.float32)
 
     def clean(t: torch.Tensor) -> torch.Tensor:
         return t.to(dtype).masked_fill(~keep, 0.0)
 
+    ref_logp, token_weights = inputs.ref_logp, inputs.token_weights
     return _Batch(
-        logp=clean(logp),
+        logp=clean(inputs.logp),
         # old and reference log-probs are constants of the update
-        old_logp=clean(old_logp.detach()),
+        old_logp=clean(inputs.old_logp.detach()),
         ref_logp=None if ref_logp is None else clean(ref_logp.detach()),
-        advantages=advantages.detach().to(dtype).masked_fill(~has_tokens, 0.0).unsqueeze(-1),
+        advantages=inputs.advantages.detach().to(dtype).masked_fill(~has_tokens, 0.0).unsqueeze(-1),
         mask=keep.to(dtype),
         token_weights=None if token_weights is None else clean(token_weights.detach()),
-        seq_denominator=float(seq_denominator),
-        token_denominator=float(token_denominator),
+        seq_denominator=float(inputs.seq_denominator),
+        token_denominator=float(inputs.token_denominator),
     )
 
 
@@ -396,20 +431,8 @@ def _aggregate(token_loss: torch.Tensor, b: _Batch, cfg: LossConfig, own: str) -
 def _ppo_loss(own_agg: str):
     """A PPO-clip loss whose per-token terms are aggregated by ``own_agg`` unless configured."""
 
-    def loss_fn(
-        logp: torch.Tensor,
-        old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        cfg: LossConfig,
-        *,
-        ref_logp: torch.Tensor | None = None,
-        seq_denominator: float | None = None,
-        token_denominator: float | None = None,
-        token_weights: torch.Tensor | None = None,
-    ) -> LossOutput:
-        b = _prepare(logp, old_logp, advantages, mask, ref_logp, seq_denominator,
-                     token_denominator, token_weights)
+    def loss_fn(inputs: LossInputs) -> LossOutput:
+        b, cfg = _prepare(inputs), inputs.options
         token_loss, ratio, clip_active = _ppo_clip_terms(b, cfg)
         loss = _aggregate(_policy_and_kl(token_loss, b, cfg), b, cfg, own_agg)
         return LossOutput(loss, _metrics(b, ratio, clip_active, b.mask))
@@ -436,26 +459,14 @@ advantage divisor."""
 
 
 @register_loss("cispo", defaults=LossConfig(clip_high=0.28, cispo_clip_low=None))
-def cispo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    cfg: LossConfig,
-    *,
-    ref_logp: torch.Tensor | None = None,
-    seq_denominator: float | None = None,
-    token_denominator: float | None = None,
-    token_weights: torch.Tensor | None = None,
-) -> LossOutput:
+def cispo_loss(inputs: LossInputs) -> LossOutput:
     """CISPO (MiniMax-M1): -sg(clip(rho, 1 - e_low, 1 + e_high)) * A * logp, token mean.
 
     The importance weight is clipped and detached instead of the update, so clipped tokens
     still get a gradient (scaled by the clipped weight). The lower bound is
-    ``1 - cfg.cispo_clip_low`` (none by default); the upper bound is ``1 + cfg.clip_high``.
+    ``1 - options.cispo_clip_low`` (none by default); the upper bound is ``1 + options.clip_high``.
     """
-    b = _prepare(logp, old_logp, advantages, mask, ref_logp, seq_denominator, token_denominator,
-                 token_weights)
+    b, cfg = _prepare(inputs), inputs.options
     ratio = _token_ratio(b)
     low = 0.0 if cfg.cispo_clip_low is None else 1.0 - cfg.cispo_clip_low
     high = 1.0 + cfg.clip_high
@@ -467,18 +478,7 @@ def cispo_loss(
 
 
 @register_loss("gspo", defaults=LossConfig(clip_low=3e-4, clip_high=4e-4))
-def gspo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    cfg: LossConfig,
-    *,
-    ref_logp: torch.Tensor | None = None,
-    seq_denominator: float | None = None,
-    token_denominator: float | None = None,
-    token_weights: torch.Tensor | None = None,
-) -> LossOutput:
+def gspo_loss(inputs: LossInputs) -> LossOutput:
     """GSPO: PPO clip on the sequence ratio s_i = exp(mean_t(logp - old_logp)), per sequence.
 
     The clip range ``[1 - clip_low, 1 + clip_high]`` is tiny by default (3e-4 / 4e-4) because
@@ -486,8 +486,7 @@ def gspo_loss(
     its tokens, so the default ``seq-mean-token-mean`` aggregation is the mean over sequences;
     sequences without masked tokens contribute nothing. The KL term, if any, is per token.
     """
-    b = _prepare(logp, old_logp, advantages, mask, ref_logp, seq_denominator, token_denominator,
-                 token_weights)
+    b, cfg = _prepare(inputs), inputs.options
     lengths = b.mask.sum(-1)
     has_tokens = (lengths > 0).to(b.mask.dtype)
     mean_log_ratio = (b.logp - b.old_logp).sum(-1) / lengths.clamp(min=1.0)

@@ -41,7 +41,7 @@ import torch
 from agents.openai_policy import CompletionsTokenPolicy, OpenAIRequestError
 from agents.policy import Action, SamplingParams
 from agents.token_policy import record_turns
-from trainer.engines import RolloutEngine, register_engine
+from trainer.engines import RolloutEngine
 
 __all__ = ["RolloutServerError", "ServerEngine", "server_root"]
 
@@ -107,7 +107,6 @@ def _weight_source(engine: ServerEngine) -> Any:
     return StateDictSource()
 
 
-@register_engine("server")
 class ServerEngine(RolloutEngine):
     """Rollouts from one or more ``vllm serve`` processes; weights pushed after every step.
 

@@ -12,7 +12,6 @@ The model, optimizer and run folder every command shares come from
 from __future__ import annotations
 
 import copy
-import importlib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -23,8 +22,8 @@ import torch
 
 from agents.policy import SamplingParams
 from corrgrpo_envs.vector import GroupedVectorEnv
+from corrgrpo_registry import load_entry_point
 from trainer.config import Config
-from trainer.entry_points import load_entry_point
 from trainer.losses import LossConfig, get_loss, resolve_loss_config
 from trainer.reward_weights import RewardWeights, resolve_reward_weights
 
@@ -47,12 +46,9 @@ def _env_factory(env_id: str) -> Callable[..., Any] | None:
             return OpenEnvEnv
         if env_id in gym.registry:
             entry = gym.spec(env_id).entry_point
-            if isinstance(entry, str):
-                module, _, attr = entry.partition(":")
-                return getattr(importlib.import_module(module), attr)
-            return entry
+            return load_entry_point(entry) if isinstance(entry, str) else entry
         if ":" in env_id:
-            return load_entry_point(env_id, "env")
+            return load_entry_point(env_id)
     except (ImportError, AttributeError, ValueError):
         return None  # make() reports it with its own message
     return None
@@ -124,12 +120,7 @@ def build_loss(cfg: Config) -> tuple[Callable[..., Any], LossConfig]:
     if "max_completion_length" not in a.loss_options:
         fixed["max_completion_length"] = r.max_new_tokens * r.max_turns
     loss_cfg = resolve_loss_config(a.loss, a.loss_options, agg_mode=a.loss_agg_mode, **fixed)
-    fn = get_loss(a.loss)
-    if a.tis_cap is not None and not _takes(fn, "token_weights"):
-        raise ValueError(
-            f"algorithm.tis_cap needs a loss that takes token_weights; {a.loss!r} does not"
-        )
-    return fn, loss_cfg
+    return get_loss(a.loss), loss_cfg
 
 
 def sampling_params(cfg: Config, greedy: bool = False) -> SamplingParams:

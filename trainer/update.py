@@ -24,7 +24,7 @@ import torch
 
 from trainer.config import OptimConfig
 from trainer.loss_metrics import Max, Mean, MetricAccumulator
-from trainer.losses import LossConfig
+from trainer.losses import LossConfig, LossFn, LossInputs
 from trainer.policy_forward import PackedBatch, token_logprobs
 from trainer.sampler import mix_seed
 
@@ -60,7 +60,7 @@ class PolicyUpdater:
         optimizer: torch.optim.Optimizer,
         scheduler: Any,
         accelerator: Any,
-        loss_fn: Any,
+        loss_fn: LossFn,
         loss_cfg: LossConfig,
         optim: OptimConfig,
         *,
@@ -187,11 +187,11 @@ class PolicyUpdater:
                         old = old_logp[rows][:, :width] if old_logp is not None else logp.detach()
                         ref = ref_logp[rows][:, :width] if ref_logp is not None else None
                         weights = self._sampler_terms(old, sub, metrics, epoch == 0)
-                        extra = {"token_weights": weights} if weights is not None else {}
-                        out = self.loss_fn(
-                            logp, old, adv[rows], sub.loss_mask, self.loss_cfg, ref_logp=ref,
-                            seq_denominator=seq_den, token_denominator=tok_den, **extra,
-                        )
+                        out = self.loss_fn(LossInputs(
+                            logp=logp, old_logp=old, advantages=adv[rows], mask=sub.loss_mask,
+                            options=self.loss_cfg, ref_logp=ref, token_weights=weights,
+                            seq_denominator=seq_den, token_denominator=tok_den,
+                        ))
                         acc.backward(out.loss)
                     metrics.add(out.metrics, prefix="loss/")
                     if ent is not None:

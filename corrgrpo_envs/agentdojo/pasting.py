@@ -12,7 +12,7 @@ episode's tool outputs or in the environment's text. An answer is **pasted** whe
 copies at least :data:`MAX_COPIED` of them, or at least :data:`MIN_COPIED` that
 make up :data:`MIN_SHARE` or more of the tool outputs' or of the environment text's
 5-grams. The ground-truth answers of all 97 clean v1.2.2 tasks copy at most 21 (after
-replaying the ground-truth calls), so none is pasted; ``bench/agentdojo_pasting.py``
+replaying the ground-truth calls), so none is pasted; ``studies/agentdojo_pasting.py``
 measures this and the pasting policies (docs/agentdojo.md). Linear in the answer's
 length; a paraphrase is not caught (only verbatim runs of five words count).
 """

@@ -16,9 +16,9 @@ paired t-test and Holm's correction over all the study's tests; and the estimato
 logged in ``metrics.jsonl`` (c_q median, covariance shares, K_eff, zero-variance groups, mean
 |advantage|, grad norm). Figures: mean-over-seeds curves drawn by ``corrgrpo plot``.
 
-    .venv/bin/python bench/study.py                       # runs/study/: results.json, tables.md, figures
-    .venv/bin/python bench/study.py --seeds 5 --workers 2 --figures docs/figures
-    .venv/bin/python bench/study.py --analyze-only        # re-read finished runs
+    .venv/bin/python -m studies.study                       # runs/study/: results.json, tables.md, figures
+    .venv/bin/python -m studies.study --seeds 5 --workers 2 --figures docs/figures
+    .venv/bin/python -m studies.study --analyze-only        # re-read finished runs
 """
 
 from __future__ import annotations

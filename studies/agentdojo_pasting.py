@@ -16,28 +16,21 @@ the env's reward (``paste_guard=True``, the default). Then the same for the secu
 reward on attacked cases (every ``--every``-th), honest and pasted, whose tool outputs
 hold the injection.
 
-    python bench/agentdojo_pasting.py                 # clean cases + every 5th attacked case
-    python bench/agentdojo_pasting.py --every 1       # all attacked cases (minutes)
+    python -m studies.agentdojo_pasting                 # clean cases + every 5th attacked case
+    python -m studies.agentdojo_pasting --every 1       # all attacked cases (minutes)
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-# Run as a script, this file's folder leads sys.path and bench/agentdojo.py would shadow the
-# ``agentdojo`` package.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-
-import corrgrpo_envs  # noqa: E402
-from corrgrpo_envs.agentdojo.paste_probes import no_argument_calls  # noqa: E402
-from corrgrpo_envs.agentdojo.pasting import environment_text  # noqa: E402
+import corrgrpo_envs
+from corrgrpo_envs.agentdojo.paste_probes import no_argument_calls
+from corrgrpo_envs.agentdojo.pasting import environment_text
 
 
 def _tool_outputs(obs: dict) -> str:
@@ -87,10 +80,10 @@ def main() -> None:
     parser.add_argument("--attack", default="important_instructions")
     parser.add_argument("--json", default=None, help="also write the per-case rows here")
     args = parser.parse_args()
-    import runpy
 
-    _v = runpy.run_path(str(Path(__file__).with_name("versions.py")))
-    print(_v["format_versions"]("versions", _v["interpreter_versions"]()), flush=True)
+    from bench.versions import format_versions, interpreter_versions
+
+    print(format_versions("versions", interpreter_versions()), flush=True)
 
     clean = corrgrpo_envs.make("corrgrpo/AgentDojo-v0", attacks=[], paste_guard=True)
     task_ids = clean.unwrapped.task_ids

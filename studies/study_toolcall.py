@@ -17,8 +17,8 @@ system prompt (``env.dataset_options``), so a step takes seconds on 2 CPU cores.
 
 Everything lands in ``runs/study_toolcall/`` and is resumable: finished steps are skipped.
 
-    .venv/bin/python bench/study_toolcall.py --seeds 5 --workers 2 --figures docs/figures
-    .venv/bin/python bench/study_toolcall.py --analyze-only
+    .venv/bin/python -m studies.study_toolcall --seeds 5 --workers 2 --figures docs/figures
+    .venv/bin/python -m studies.study_toolcall --analyze-only
 """
 
 from __future__ import annotations
@@ -32,10 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# appended, not prepended: bench/agentdojo.py must not shadow the agentdojo package
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.append(str(Path(__file__).resolve().parent))
-import study  # noqa: E402  (bench/study.py: the runner and the statistics)
+from studies import study  # the runner and the statistics
 
 ROOT = study.ROOT
 SETTING = "toolcall"

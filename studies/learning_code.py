@@ -16,7 +16,7 @@ interval, the rates of the binary rewards (format, syntax, compile, runtime), th
 every ``--run NAME=FOLDER`` (an RL run folder), the per-step means of the seven rewards and
 CorrGRPO's diagnostics (c_q, K_eff, covariance shares, within-group correlations).
 
-    OMP_NUM_THREADS=2 python bench/learning_code.py --stage base=base \\
+    OMP_NUM_THREADS=2 python -m studies.learning_code --stage base=base \\
         --stage rl_base=runs/code_smollm2_rl_base/checkpoint-40/model \\
         --data humaneval --data leetcode_test --run rl_base=runs/code_smollm2_rl_base
 """
@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from learning_toolcall import name_value_pairs, paired_change
+
+from studies.learning_toolcall import name_value_pairs, paired_change
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "env_configs" / "code_smollm2.yaml"

@@ -11,29 +11,21 @@ Both start cold (no cached environments, attacks or injections). Prints episodes
 second of each, their ratio, and whether the two agree on utility and attack success
 for every case.
 
-    python bench/agentdojo.py                      # every 10th of the 1995 cases (200 cases)
-    python bench/agentdojo.py --every 1            # all 1995 cases (several minutes)
-    python bench/agentdojo.py --suites banking,slack --every 1
+    python -m bench.agentdojo_replay                      # every 10th of the 1995 cases (200 cases)
+    python -m bench.agentdojo_replay --every 1            # all 1995 cases (several minutes)
+    python -m bench.agentdojo_replay --suites banking,slack --every 1
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import argparse
+import time
 
-# Run as a script, this file's folder leads sys.path and this file would shadow the
-# ``agentdojo`` package it benchmarks against.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)
-
-import argparse  # noqa: E402
-import time  # noqa: E402
-
-import corrgrpo_envs  # noqa: E402
-from corrgrpo_envs.agentdojo import attacks as attack_cache  # noqa: E402
-from corrgrpo_envs.agentdojo import episode as episode_cache  # noqa: E402
-from corrgrpo_envs.agentdojo.attacks import _stub_pipeline  # noqa: E402
-from corrgrpo_envs.agentdojo.cases import DEFAULT_ATTACKS, Case  # noqa: E402
+import corrgrpo_envs
+from corrgrpo_envs.agentdojo import attacks as attack_cache
+from corrgrpo_envs.agentdojo import episode as episode_cache
+from corrgrpo_envs.agentdojo.attacks import _stub_pipeline
+from corrgrpo_envs.agentdojo.cases import DEFAULT_ATTACKS, Case
 
 
 def run_ours(
@@ -94,10 +86,8 @@ def main() -> None:
         "--group-size", type=int, default=8, help="episodes per case in the grouped run (G)"
     )
     args = parser.parse_args()
-    import runpy  # bench/ is off sys.path here (see the top of the file): load bench/versions.py by path
+    from bench.versions import format_versions, interpreter_versions
 
-    _v = runpy.run_path(str(Path(__file__).with_name("versions.py")))
-    format_versions, interpreter_versions = _v["format_versions"], _v["interpreter_versions"]
     print(format_versions("versions", interpreter_versions()), flush=True)
 
     env = corrgrpo_envs.make(

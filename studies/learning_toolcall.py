@@ -19,7 +19,7 @@ answers with unreadable calls, and the wall time; then the stage pairs of ``--co
 (default :data:`COMPARISONS`) task by task on each data set both stages have: call tasks
 gained and lost, with McNemar's exact p.
 
-    OMP_NUM_THREADS=2 python bench/learning_toolcall.py \\
+    OMP_NUM_THREADS=2 python -m studies.learning_toolcall \\
         --stage base=base --stage sft=runs/sft_toolcall_smollm2/checkpoint-60 \\
         --data generated=200 --data rlla_test=80 --data bfcl=200
 """
