@@ -327,3 +327,22 @@ def test_continuing_after_the_last_step_appends(tmp_path):
     logger.log({"step": 3})
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
     assert not list(tmp_path.glob("*.old-*"))
+
+
+def test_logger_says_once_when_tensorboard_does_not_import(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tensorboard(name, *args, **kwargs):
+        if name.startswith("torch.utils.tensorboard"):
+            raise ImportError("No module named 'tensorboard'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    logger = RunLogger(tmp_path, tensorboard=True)
+    with pytest.warns(UserWarning, match="TensorBoard does not import here"):
+        logger.log({"step": 1, "loss": 0.5})
+    logger.log({"step": 2, "loss": 0.25})  # no second warning, and metrics still written
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+    assert not (tmp_path / "tensorboard").exists()

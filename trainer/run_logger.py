@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -153,8 +154,13 @@ class RunLogger:
                 from torch.utils.tensorboard import SummaryWriter
 
                 self._tb = SummaryWriter(log_dir=str(self.dir / TENSORBOARD))
-            except ImportError:  # tensorboard is optional at run time
+            except ImportError as exc:  # tensorboard is optional at run time, but say so once
                 self._tensorboard = False
+                warnings.warn(
+                    f"train.tensorboard is on but TensorBoard does not import here ({exc}); "
+                    f"writing {METRICS} only (pip install tensorboard, or set train.tensorboard=false)",
+                    stacklevel=2,
+                )
         return self._tb
 
     def log(self, record: dict[str, Any]) -> None:
