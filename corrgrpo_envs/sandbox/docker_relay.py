@@ -360,6 +360,10 @@ def _relay_main():
         return
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     _RELAY = Relay(config, ours)
+    # Every program is forked from this process and inherits its address space, which its
+    # RLIMIT_AS counts: the thread gets a small stack and no malloc arena of its own (64 MB).
+    ctypes.CDLL(None).mallopt(-8, 1)  # M_ARENA_MAX
+    threading.stack_size(1 << 18)
     threading.Thread(target=_RELAY.serve_host, daemon=True).start()
     sys.argv = ["-c", str(theirs.fileno()), repr(config["server"])]
     try:
