@@ -20,9 +20,10 @@ from typing import Any
 
 from corrgrpo_envs.code import rewards as R
 from corrgrpo_envs.code.datasets import DATASETS
+from corrgrpo_envs.code.judge_pool import JUDGE_CPU_SECONDS, JudgePool, shared_pool
 from corrgrpo_envs.code.metrics import code_metrics
 from corrgrpo_envs.code.references import ReferenceTimes, default_cache_dir
-from corrgrpo_envs.code.verdicts import Verdicts, candidate_program, judge, measured_seconds
+from corrgrpo_envs.code.verdicts import Verdicts, candidate_program, measured_seconds
 from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
 from corrgrpo_envs.metrics import EpisodeRecord
 from corrgrpo_envs.sandbox import Limits, Sandbox, SandboxPool, make_sandbox
@@ -118,6 +119,9 @@ class CodeEnv(MultiRewardEnv):
             ``~/.cache/corrgrpo/code_refs``).
         reward_weights: override the paper's weights (seven numbers).
         system_prompt: optional system message put before the problem.
+        judge_seconds: CPU seconds the host-side verdict of one answer may take (in a
+            judge worker process, :mod:`corrgrpo_envs.code.judge_pool`); past it the
+            answer's status is ``judge:bound`` and it scores ``correct = 0``.
     """
 
     def __init__(
@@ -134,6 +138,7 @@ class CodeEnv(MultiRewardEnv):
         reference_cache_dir: str | Path | None = None,
         reward_weights: Sequence[float] | None = None,
         system_prompt: str | None = None,
+        judge_seconds: float = JUDGE_CPU_SECONDS,
         max_action_chars: int = MAX_ACTION_CHARS,
         render_mode: str | None = None,
     ):
@@ -156,6 +161,9 @@ class CodeEnv(MultiRewardEnv):
         self.reference_runs = reference_runs
         self.reference_cache_dir = reference_cache_dir
         self.system_prompt = system_prompt
+        if not judge_seconds > 0:
+            raise ValueError(f"judge_seconds must be positive, got {judge_seconds!r}")
+        self.judge_seconds = float(judge_seconds)
         #: what the sandbox covers: the data set and the reference cache (see _data_paths)
         self.hidden_data = _data_paths(dataset, reference_cache_dir)
         self._sandbox: Sandbox | None = backend if isinstance(backend, Sandbox) else None
@@ -187,6 +195,11 @@ class CodeEnv(MultiRewardEnv):
         if self._verdicts is None:
             self._verdicts = Verdicts(self.sandbox, self.limits)
         return self._verdicts
+
+    @property
+    def judges(self) -> JudgePool:
+        """The judge workers of this process (shared by every env with the same ``judge_seconds``)."""
+        return shared_pool(self.judge_seconds)
 
     def reference_program(self, task: Task) -> str:
         """The reference solution's program, called on the task's planned inputs (timed for
@@ -263,12 +276,13 @@ class CodeEnv(MultiRewardEnv):
     def _finish(self, task: Task, info: dict[str, Any], result) -> tuple[dict[str, float], dict]:
         rewards = info.pop("rewards_so_far")
         plan = self.verdicts.plan(task)
-        status = judge(task, plan, result)  # decided here, from the recorded values only
+        # From the recorded values only, in a judge worker under a CPU-time deadline.
+        status, judge_seconds = self.judges.judge_with_cost(task, plan, result)
         passed = status == "ok"
         rewards["runtime"] = float(status in ("ok", "assertion"))
         rewards["correct"] = float(passed)
         seconds = measured_seconds(result)
-        info.update(status=status, exec_seconds=seconds)
+        info.update(status=status, exec_seconds=seconds, judge_cpu_seconds=judge_seconds)
         if passed and self.efficiency_mode != "off":
             t_ref = None
             if plan.passed:

@@ -23,7 +23,9 @@ objects stay shared, and cycles are not plain.
 The records are not trusted: the program can write any record it likes. The
 host only ever parses them as data (``json.loads`` and :func:`decode`, no
 ``eval``, no pickle, bounded sizes), so a forged record is worth exactly what
-an honest program returning that value would get.
+an honest program returning that value would get. The size that bounds a
+record is that of its value with shared nodes expanded, not its text's: a
+hash, a comparison or a walk of the value costs that (see :data:`MAX_EXPANDED`).
 
 The codec is one source text (:data:`PLAIN_SOURCE`): the runner carries it into
 the sandbox (whose interpreter cannot import this package) and this module
@@ -41,6 +43,7 @@ __all__ = [
     "PLAIN_SOURCE",
     "CallRecord",
     "NotPlain",
+    "OverBound",
     "calls_program",
     "channel_text",
     "decode",
@@ -54,9 +57,26 @@ CALLS_DIRECTIVE = "#corrgrpo-calls "
 #: Most nodes one value may have (bounds both sides' work on a forged record).
 MAX_NODES = 1_000_000
 
+#: Most nodes a decoded value may have with its shared nodes expanded (a string counts one
+#: node per 16 characters), and the most expanded nodes hashed while building it (set items,
+#: dict keys). Linear work on a value of this size takes ~0.1 s; an honest 1000 x 1000 grid
+#: whose rows are one list is 10^6.
+MAX_EXPANDED = 4_000_000
+
+#: Most items of one container in a decoded value.
+MAX_ITEMS = 1_000_000
+
+#: Most items of one decoded set or dict that share one hash (an honest set has about one:
+#: distinct values colliding by chance; a forged one has thousands, and building it is
+#: quadratic in their number).
+MAX_SAME_HASH = 8
+
 PLAIN_SOURCE = r'''
 class _PlainError(Exception):
     """The value is not plain data (the message names the offending type)."""
+
+class _PlainBound(_PlainError):
+    """The record is over a bound of the decode (its value would cost too much to build or use)."""
 
 def _plain_encode(value, classes=(), max_nodes=1000000):
     # Iterative post-order walk: children get their node index before their parent.
@@ -127,10 +147,21 @@ def _plain_encode(value, classes=(), max_nodes=1000000):
             raise _PlainError("too large")
     return nodes
 
-def _plain_decode(nodes, classes=None, max_nodes=1000000):
+def _plain_decode(nodes, classes=None, max_nodes=1000000, bounds=None):
     # ``classes``: name -> class for "O" nodes (None: objects are not accepted).
+    # ``bounds``: None (trusted input), or (max_expanded, max_items, max_same_hash): the most
+    # nodes the value (and, together, every set item and dict key hashed while building it)
+    # would have with shared nodes expanded, a string counting one node per 16 characters;
+    # the most items of one container; the most items of one set or dict with one hash.
+    # Everything a check does to a value (==, hash, repr, a walk) costs its expanded size, not
+    # its text's: a tuple referencing one node twice, 64 levels deep, is 64 nodes of text
+    # and 2**64 to hash.
     if type(nodes) is not list or not nodes or len(nodes) > max_nodes:
         raise _PlainError("malformed")
+    if bounds is not None:
+        max_expanded, max_items, max_same_hash = bounds
+        weight = []
+        hashed = 0
     built = []
     for node in nodes:
         if type(node) is not list or not node or type(node[0]) is not str:
@@ -138,6 +169,8 @@ def _plain_decode(nodes, classes=None, max_nodes=1000000):
         tag, n = node[0], len(node)
         if tag == "N" and n == 1:
             built.append(None)
+            if bounds is not None:
+                weight.append(1)
             continue
         if n < 2:
             raise _PlainError("malformed")
@@ -158,6 +191,26 @@ def _plain_decode(nodes, classes=None, max_nodes=1000000):
                 if type(i) is not int or not 0 <= i < here:
                     raise _PlainError("malformed")
             items = [built[i] for i in arg]
+            if bounds is not None:
+                if len(arg) > max_items:
+                    raise _PlainBound("container of %d items" % len(arg))
+                size = 1
+                for i in arg:
+                    size += weight[i]
+                weight.append(size if size <= max_expanded else max_expanded + 1)
+                if tag in "EZD":
+                    keys = arg if tag != "D" else arg[0::2]
+                    for i in keys:
+                        hashed += weight[i]
+                    if hashed > max_expanded:
+                        raise _PlainBound("hashing %d+ expanded nodes" % hashed)
+                    same = {}
+                    for item in (items if tag != "D" else items[0::2]):
+                        h = hash(item)
+                        count = same.get(h, 0) + 1
+                        if count > max_same_hash:
+                            raise _PlainBound("more than %d keys with one hash" % max_same_hash)
+                        same[h] = count
             if tag == "L":
                 built.append(items)
             elif tag == "T":
@@ -170,19 +223,32 @@ def _plain_decode(nodes, classes=None, max_nodes=1000000):
                 if len(items) % 2:
                     raise _PlainError("malformed")
                 built.append(dict(zip(items[0::2], items[1::2])))
+            continue
         elif tag == "O" and n == 3 and classes is not None and arg in classes \
                 and type(node[2]) is list:
             cls = classes[arg]
             obj = cls.__new__(cls)
             here = len(built)
+            size = 1
             for pair in node[2]:
                 if (type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str
                         or type(pair[1]) is not int or not 0 <= pair[1] < here):
                     raise _PlainError("malformed")
                 obj.__dict__[pair[0]] = built[pair[1]]
+                if bounds is not None:
+                    size += weight[pair[1]]
+            if bounds is not None:
+                if len(node[2]) > max_items:
+                    raise _PlainBound("object of %d attributes" % len(node[2]))
+                weight.append(size if size <= max_expanded else max_expanded + 1)
             built.append(obj)
+            continue
         else:
             raise _PlainError("malformed")
+        if bounds is not None:  # an atom: one node, and one per 16 characters of its text
+            weight.append(1 + (len(arg) >> 4 if type(arg) is str else 0))
+    if bounds is not None and weight[-1] > max_expanded:
+        raise _PlainBound("%d+ nodes with shared nodes expanded" % weight[-1])
     return built[-1]
 '''
 
@@ -192,23 +258,32 @@ exec(compile(PLAIN_SOURCE, "<plain codec>", "exec"), _CODEC)
 #: Raised by :func:`encode`/:func:`decode` for values that are not plain data.
 NotPlain: type[Exception] = _CODEC["_PlainError"]
 
+#: Raised by :func:`decode` for a record over its bounds (a subclass of :data:`NotPlain`).
+OverBound: type[Exception] = _CODEC["_PlainBound"]
+
 
 def encode(value: Any, classes: Sequence[str] = ()) -> list:
     """``value`` as a node list (raises :class:`NotPlain`); objects only of the named classes."""
     return _CODEC["_plain_encode"](value, tuple(classes), MAX_NODES)
 
 
-def decode(nodes: Any, classes: dict[str, type] | None = None) -> Any:
+def decode(nodes: Any, classes: dict[str, type] | None = None, bounded: bool = True) -> Any:
     """The value of a node list (raises :class:`NotPlain` on anything malformed).
 
     ``classes`` maps the names allowed in ``"O"`` nodes to the (trusted) classes
-    that are instantiated for them, without calling their ``__init__``.
+    that are instantiated for them, without calling their ``__init__``. ``bounded``
+    (the default; off only for trusted input): raise :class:`OverBound` for a value
+    over :data:`MAX_EXPANDED`, :data:`MAX_ITEMS` or :data:`MAX_SAME_HASH`, checked
+    in time linear in the node list before any set or dict is built.
     """
+    bounds = (MAX_EXPANDED, MAX_ITEMS, MAX_SAME_HASH) if bounded else None
     try:
-        return _CODEC["_plain_decode"](nodes, classes, MAX_NODES)
+        return _CODEC["_plain_decode"](nodes, classes, MAX_NODES, bounds)
     except NotPlain:
         raise
-    except (TypeError, ValueError, AttributeError, OverflowError, MemoryError, RecursionError) as exc:
+    except MemoryError:
+        raise OverBound("out of memory") from None
+    except (TypeError, ValueError, AttributeError, OverflowError, RecursionError) as exc:
         # unhashable dict keys or set items, bad hex, a float that is not one
         raise NotPlain(f"malformed ({type(exc).__name__})") from None
 

@@ -1,0 +1,171 @@
+"""Attacks on the code domain's host-side judge, each as a probe: ``probe_<name>() -> (held, detail)``.
+
+Each probe plays one answer through ``corrgrpo/Code-v0`` (a real sandbox on
+``backend``) or hands one forged record to the judge, and checks that the answer
+scores ``correct = 0`` with status ``judge:bound`` (or another failing status)
+while the step costs the host at most :data:`HOST_CPU_BUDGET` seconds of CPU:
+the training process's own (``time.process_time``) plus the judge worker's.
+
+The answers emit their record by replacing ``json.dumps`` in their own process:
+the runner then writes whatever text the program chose as its record (records
+are never trusted, so this is as good as any honest value would be). Without the
+bounds, :func:`probe_shared_tuple_dag` (an answer of under 200 characters) hashed a tuple
+of 2^64 nodes and stopped the training process, and
+:func:`probe_colliding_hash_set` (a 1 MB record) cost seconds per step holding
+the GIL.
+
+``PROBES`` lists them by name, for a red-team command to run.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from corrgrpo_envs.code.judge import BOUND_STATUS, CallPlan
+from corrgrpo_envs.code.judge_pool import JudgePool
+from corrgrpo_envs.sandbox.calls import encode
+
+__all__ = ["HOST_CPU_BUDGET", "PROBES", "SHARED_TUPLE_DAG_ANSWER", "colliding_hash_answer"]
+
+#: Host CPU seconds one step may cost on any answer (process and judge worker together).
+HOST_CPU_BUDGET = 1.0
+
+#: HumanEval/0's entry, as every answer here defines it.
+_ENTRY = "def has_close_elements(numbers, threshold):\n    return True\n"
+
+#: Under 200 characters: a record of 66 nodes whose value is a set holding a tuple of 2^64 nodes
+#: (each level references the one below twice); hashing it never ends.
+SHARED_TUPLE_DAG_ANSWER = (
+    "```python\nimport json\n"
+    "r = [['N']] + [['T', [i, i]] for i in range(64)] + [['E', [64]]]\n"
+    "t = json.dumps(r)\n"
+    "json.dumps = lambda *a, **k: t\n"
+    "def has_close_elements(numbers, threshold):\n"
+    "    return True\n```"
+)
+
+#: 2^61 - 1: CPython hashes an int modulo this, so every multiple of it hashes to 0.
+_HASH_MODULUS = (1 << 61) - 1
+
+
+def colliding_hash_answer(n: int = 28_000, tag: str = "E") -> str:
+    """An answer whose first record is ``n`` distinct ints with one hash under a set (``E``) or
+    in a list (``L``): 0.99 MB for 28,000 (the channel holds 1 MiB, so later calls record
+    ``True``); building the set compares every pair."""
+    return (
+        "```python\nimport json\n"
+        f"M = {_HASH_MODULUS}\n"
+        f"r = [['I', hex(k * M)] for k in range(1, {n + 1})] + [[{tag!r}, list(range({n}))]]\n"
+        "t = [json.dumps(r, separators=(',', ':'))]\n"
+        "json.dumps = lambda *a, **k: t.pop() if t else '[[\"B\",1]]'\n"
+        f"{_ENTRY}```"
+    )
+
+
+def _step(env: Any, task_id: str, action: str) -> tuple[dict[str, float], dict[str, Any], float]:
+    """``(rewards, info, host CPU seconds)`` of one step: this process's plus the judge worker's."""
+    env.reset(options={"task_id": task_id})
+    start = time.process_time()
+    _, reward, _, _, info = env.step(action)
+    seconds = time.process_time() - start + (info.get("judge_cpu_seconds") or 0.0)
+    return dict(zip(env.unwrapped.reward_names, map(float, reward))), info, seconds
+
+
+def _held(rewards: dict[str, float], info: dict[str, Any], seconds: float,
+          expect: str | None = BOUND_STATUS) -> tuple[bool, str]:
+    status = info.get("status")
+    ok = rewards["correct"] == 0.0 and seconds <= HOST_CPU_BUDGET and (expect is None or status == expect)
+    return ok, f"status {status}, correct {rewards['correct']:.0f}, host CPU {seconds:.2f} s"
+
+
+def _env(backend: str, dataset: str | Path = "humaneval") -> Any:
+    import corrgrpo_envs
+
+    return corrgrpo_envs.make("corrgrpo/Code-v0", dataset=dataset, backend=backend, efficiency="off",
+                              timeout=10.0)
+
+
+def probe_shared_tuple_dag(backend: str = "auto") -> tuple[bool, str]:
+    """A 199-character answer whose record is a set holding a tuple of 2^64 shared nodes."""
+    env = _env(backend)
+    try:
+        return _held(*_step(env, "HumanEval/0", SHARED_TUPLE_DAG_ANSWER))
+    finally:
+        env.close()
+
+
+def probe_colliding_hash_set(backend: str = "auto") -> tuple[bool, str]:
+    """A 1 MB record: a set of 28,000 distinct ints that all hash to 0 (quadratic to build)."""
+    env = _env(backend)
+    try:
+        return _held(*_step(env, "HumanEval/0", colliding_hash_answer(28_000, "E")))
+    finally:
+        env.close()
+
+
+#: A data set of one problem whose check hashes what the candidate returns (as checks that
+#: compare sets do): the decode builds only a list, the check's ``set()`` is the slow part.
+_SET_CHECK_TASK = {
+    "task_id": "probe/0",
+    "prompt": "def has_close_elements(numbers, threshold):\n    \"\"\"Distinct numbers.\"\"\"\n",
+    "canonical_solution": "    return sorted(set(numbers))\n",
+    "test": "def check(candidate):\n    assert set(candidate([1, 2, 2], 0.5)) == {1, 2}\n",
+    "entry_point": "has_close_elements",
+}
+
+
+def probe_colliding_hash_in_check(backend: str = "auto") -> tuple[bool, str]:
+    """A list of 28,000 ints with one hash, which the check turns into a set: one C-level loop
+    holding the GIL for seconds, stopped by the judge worker's CPU deadline."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "set_check.jsonl"
+        path.write_text(json.dumps(_SET_CHECK_TASK) + "\n")
+        env = _env(backend, path)
+        try:
+            return _held(*_step(env, "probe/0", colliding_hash_answer(28_000, "L")))
+        finally:
+            env.close()
+
+
+def probe_judge_deadline() -> tuple[bool, str]:
+    """A check that loops in C (``sum`` over a huge ``range``) on a forged record: the judge
+    worker is killed at its CPU deadline, and the next verdict in the pool still scores right."""
+    from corrgrpo_envs.tasks import Task
+
+    task = Task("probe/deadline", {
+        "prompt": "def f(n):\n    pass\n",
+        "test": "def check(candidate):\n    assert sum(range(candidate(1))) >= 0\n",
+        "entry_point": "f",
+    })
+    plan = CallPlan((json.dumps(encode(((1,), {})), separators=(",", ":")),), True, ())
+    forged = _Run("ok", 'R 0 [["I","0x' + "f" * 15 + '"]]\nok 0.0\n')
+    honest = _Run("ok", 'R 0 [["I","0x3"]]\nok 0.0\n')
+    with JudgePool(size=1) as pool:
+        start = time.process_time()
+        status, worker = pool.judge_with_cost(task, plan, forged)
+        seconds = time.process_time() - start + (worker or 0.0)
+        after = pool.judge(task, plan, honest)
+    held = status == BOUND_STATUS and seconds <= HOST_CPU_BUDGET and after == "ok"
+    return held, f"status {status}, host CPU {seconds:.2f} s, next verdict {after}"
+
+
+class _Run:
+    __slots__ = ("status", "channel")
+
+    def __init__(self, status: str, channel: str):
+        self.status = status
+        self.channel = channel
+
+
+#: Every probe of this module by name.
+PROBES: dict[str, Callable[..., tuple[bool, str]]] = {
+    "shared_tuple_dag": probe_shared_tuple_dag,
+    "colliding_hash_set": probe_colliding_hash_set,
+    "colliding_hash_in_check": probe_colliding_hash_in_check,
+    "judge_deadline": probe_judge_deadline,
+}
