@@ -93,7 +93,7 @@ class RunResult:
     program can change it: informational only); ``cpu_seconds`` is the CPU time
     (user + system) of the program's processes as the kernel counted it, read
     outside the program (the fork server's or the host's ``rusage`` of its
-    children), ``None`` where the backend cannot see it (docker);
+    children, or docker's control group), ``None`` where the backend cannot see it;
     ``wall_seconds`` is the host's view of the whole run. ``channel`` is the raw
     text of the status channel (the runner's status line and, for programs that
     ask for calls, one record per call: :mod:`corrgrpo_envs.sandbox.calls`).

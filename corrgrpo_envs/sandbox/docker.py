@@ -4,8 +4,7 @@ Needs the SDK (``pip install 'corrgrpo[docker]'``), a Docker engine and an image
 with ``python3`` (default :data:`DEFAULT_IMAGE`, built offline from Debian
 packages by ``bash scripts/docker_engine.sh``, which also installs and starts the
 engine); no ``docker`` command is run. The engine is the one ``DOCKER_HOST`` names
-(``unix://``, ``tcp://``, ``ssh://``; TLS through ``DOCKER_TLS_VERIFY`` and
-``DOCKER_CERT_PATH``), or ``base_url=``: sandboxes can run on another machine,
+(``unix://``, ``tcp://``; TLS through ``DOCKER_TLS_VERIFY`` and ``DOCKER_CERT_PATH``), or ``base_url=``: sandboxes can run on another machine,
 since the host reaches a container only through the engine's API.
 
 Every container runs with no network, a read-only root, size-capped tmpfs

@@ -534,6 +534,9 @@ class ContainerSession:
         done: bytes | None = None
         over: str | None = None
         while True:
+            if time.monotonic() >= deadline:  # (a stream of output must not hold the host)
+                over = over or "timeout"
+                break
             kind, data = self._next(deadline)
             if kind in (b"1", b"2", b"3"):
                 if append_capped(chunks, sizes, int(kind) - 1, data, limits.output_bytes) \
