@@ -25,7 +25,7 @@ which the host drives over the container's attach stream:
   to a server, so after each program it puts the writable folders back as they
   were (files, modes, extended attributes, modification times), checks System V
   IPC and ``/dev/mqueue`` and its own scheduling, limits and tracer, and the relay
-  checks that no abstract unix socket is left; anything that differs ends the
+  checks that no socket outlived the program; anything that differs ends the
   container and a new one replaces it.
 * ``reuse="fresh"``: one container per program (slow: the engine's start-up, some
   0.3-1 s, per program).

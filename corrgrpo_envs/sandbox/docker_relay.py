@@ -20,9 +20,11 @@ the container's ``Cmd``) is pid 1 of the container. It
   ``cpu.stat``, v1 ``cpuacct.usage``), which holds every process of the container
   whatever it does with signals, less the relay's and the server's own time; ``-``
   when the container has no readable group (the host then reports ``None``);
-* after each program, checks that no abstract unix socket (a name in the
-  container's network namespace, which programs share) is left, and reports the
-  server unclean when one is (the container is then replaced).
+* after each program, checks that no socket of the container's network namespace
+  (which its programs share) outlived it: an abstract unix name, a TCP or UDP port,
+  or even an unnamed socket kept alive by a descriptor cycle is something the next
+  program could see. When one did, it reports the server unclean and the container
+  is replaced.
 
 Pid 1 of a pid namespace gets no signal from inside it that it has no handler for,
 and the fork server's clean-up spares pid 1: the relay outlives every program.
@@ -100,13 +102,27 @@ def _cgroup_cpu():
             os.close(fd)
     return None
 
-def _abstract_sockets():
-    try:
-        with open("/proc/net/unix") as f:
-            rows = [line.split() for line in f.read().splitlines()[1:]]
-    except OSError:
-        return set()
-    return {row[-1] for row in rows if len(row) >= 8 and row[-1].startswith("@")}
+def _net_sockets():
+    # every socket of the container's network namespace, by table and inode: one a program
+    # keeps alive past its end (a descriptor cycle) is a name, a port or a count the next
+    # program could see
+    found = set()
+    for table in ("unix", "tcp", "tcp6", "udp", "udp6", "udplite", "udplite6", "raw", "raw6",
+                  "packet", "netlink"):
+        try:
+            with open("/proc/net/" + table) as f:
+                rows = [line.split() for line in f.read().splitlines()[1:]]
+        except OSError:
+            continue
+        if table == "unix":  # inode and name
+            found.update((table, row[6], row[7] if len(row) > 7 else "") for row in rows
+                         if len(row) > 6)
+        elif table in ("packet", "netlink"):  # inode
+            column = 8 if table == "packet" else 9
+            found.update((table, row[column]) for row in rows if len(row) > column)
+        else:  # addresses, state and inode (a connection in TIME_WAIT has inode 0)
+            found.update((table, row[1], row[2], row[3], row[9]) for row in rows if len(row) > 9)
+    return found
 
 def _spawn(argv, fds):
     # fork + exec with fds as 0, 1, 2, 3 and nothing else open
@@ -166,7 +182,7 @@ class Relay:
         if ready != b"ready":
             _send(b"x", b"the fork server did not start (see stderr)")
             _stop()
-        self.sockets = _abstract_sockets()
+        self.sockets = _net_sockets()
 
     def begin(self, timeout):
         pipes = [os.pipe() for _ in range(4)]
@@ -216,8 +232,8 @@ class Relay:
             used = self.cpu() - prog["cpu"] - (time.process_time_ns() - prog["self"])
             cpu = b"%d" % max(used, 0)
         clean = parts[3]
-        if self.server and _abstract_sockets() - self.sockets:
-            clean = b"0"  # a name the next program could reach: this container is done
+        if self.server and _net_sockets() - self.sockets:
+            clean = b"0"  # a socket outlived its program: this container is done
         _send(b"D", b" ".join([parts[0], parts[1], parts[2], clean, cpu]))
         for fd in [prog["stdin"], *prog["outs"]]:
             if fd >= 0:
