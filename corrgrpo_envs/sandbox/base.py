@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from corrgrpo_envs.sandbox.calls import channel_text
 from corrgrpo_envs.sandbox.runner import RUNNER_SOURCE
+from corrgrpo_envs.sandbox.seccomp import syscall_numbers
 
 __all__ = ["Limits", "RunResult", "Sandbox", "SandboxUnavailable", "MINIMAL_ENV"]
 
@@ -163,7 +164,8 @@ class Sandbox(ABC):
 
     # ------------------------------------------------------------ helpers
     def _header(self, token: str, limits: Limits, **extra: object) -> dict:
-        header = {"token": token, "rlimits": limits.rlimits(), "paths": self.paths}
+        header = {"token": token, "rlimits": limits.rlimits(), "paths": self.paths,
+                  "syscalls": syscall_numbers()}
         header.update(extra)
         return header
 

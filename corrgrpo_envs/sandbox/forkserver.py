@@ -58,6 +58,7 @@ from corrgrpo_envs.sandbox.base import (
 from corrgrpo_envs.sandbox.calls import channel_text
 from corrgrpo_envs.sandbox.cgroups import new_cgroup
 from corrgrpo_envs.sandbox.runner import PRELOAD_MODULES, SERVER_SOURCE
+from corrgrpo_envs.sandbox.seccomp import syscall_numbers
 
 __all__ = ["ForkServer", "ForkServerPool", "ForkingSandbox", "REUSE_MODES", "server_command"]
 
@@ -92,7 +93,7 @@ def _spawn(*args: object, **kwargs: object) -> subprocess.Popen:
 
 def server_command(python: str, config: dict, control_fd: int) -> list[str]:
     """``python -I -S -c SERVER <fd> <config>``: the fork server's command line."""
-    config = {"preload": PRELOAD_MODULES, **config}
+    config = {"preload": PRELOAD_MODULES, "syscalls": syscall_numbers(), **config}
     return [python, "-I", "-S", "-c", SERVER_SOURCE, str(control_fd), repr(config)]
 
 

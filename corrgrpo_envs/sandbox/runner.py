@@ -59,6 +59,8 @@ def _corrgrpo_boot():
         _confine(header.get("program_uid"))
     if header.get("make_cwd"):
         os.makedirs(header["cwd"], exist_ok=True)
+    # Nothing of the keyrings of whoever started the sandbox (or of an earlier program).
+    _corrgrpo_fresh_keyring(header.get("syscalls", {}))
     os.chdir(header["cwd"])
     for path in header.get("paths", []):
         sys.path.append(path)
@@ -139,6 +141,27 @@ def _corrgrpo_call_all(calls, scope, emit):
     except BaseException as exc:
         return "error:" + type(exc).__name__
     return "ok"
+
+#: System call numbers where the host cannot resolve them (x86_64; the generic table).
+_SYSCALLS = {"x86_64": {"keyctl": 250}, "aarch64": {"keyctl": 219}, "riscv64": {"keyctl": 219}}
+
+def _corrgrpo_syscall_nr(name, numbers):
+    nr = numbers.get(name, _SYSCALLS.get(os.uname().machine, {}).get(name))
+    if nr is None:
+        raise OSError("no system call number for %s on %s" % (name, os.uname().machine))
+    return nr
+
+def _corrgrpo_fresh_keyring(numbers):
+    # keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL): a new anonymous session keyring, so the session
+    # keyring inherited from the host (or the fork server) is no longer reachable. A filter that
+    # denies keyctl itself (docker's default profile, ours) leaves nothing to reach.
+    ctypes, libc = _corrgrpo_libc()
+    libc.syscall.restype = ctypes.c_long
+    if libc.syscall(ctypes.c_long(_corrgrpo_syscall_nr("keyctl", numbers)), ctypes.c_long(1),
+                    ctypes.c_void_p(None)) < 0:
+        err = ctypes.get_errno()
+        if err not in (1, 38):  # EPERM, ENOSYS: keyctl is denied to the program too
+            raise OSError(err, "cannot join a fresh session keyring: %s" % os.strerror(err))
 
 def _corrgrpo_libc():
     import ctypes
@@ -301,12 +324,14 @@ def _confine(uid=None, keep=()):
             raise OSError("still uid %d" % os.geteuid())
 
 def _corrgrpo_private_ns(config):
-    # A fork-server child's own mount and IPC namespaces: fresh, size-capped /tmp, /var/tmp and
-    # /dev/shm, new System V and POSIX message-queue namespaces; all vanish with the program.
+    # A fork-server child's own mount, IPC and network namespaces: fresh, size-capped /tmp,
+    # /var/tmp and /dev/shm, new System V and POSIX message-queue namespaces, and a network
+    # namespace of its own (abstract unix sockets live there: one kept alive by a descriptor
+    # cycle is unreachable once the program ended); all vanish with the program.
     ctypes, libc = _corrgrpo_libc()
-    CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
-    if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(mount, ipc) failed")
+    CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWNET = 0x00020000, 0x08000000, 0x40000000
+    if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(mount, ipc, net) failed")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _tmpfs_with_keeps(config["fresh_tmpfs"], config["tmpfs_bytes"], config.get("keep", []))
 '''
@@ -337,6 +362,7 @@ def _corrgrpo_serve():
     if config.get("drop_caps"):
         # Keep only what giving each child its own namespaces and uid needs.
         _confine(None, SERVER_CAPS if config.get("fresh_tmpfs") else ())
+    _corrgrpo_fresh_keyring(config.get("syscalls", {}))  # none of the host's keys, from here on
     os.chdir("/")
     if config.get("workdir"):  # made before the snapshot: every program finds it, empty
         os.makedirs(config["workdir"], exist_ok=True)
@@ -361,6 +387,9 @@ def _corrgrpo_serve():
     roots = _corrgrpo_writable_roots()
     snapshot = _corrgrpo_fs_state(roots)
     itself = _corrgrpo_self_state()
+    key_owner = config.get("program_uid")
+    key_owner = os.getuid() if key_owner is None else key_owner
+    kernel = _corrgrpo_kernel_state(key_owner)
     sock.sendall(b"ready")
     while True:
         msg, fds, _, _ = socket.recv_fds(sock, 256, 8)
@@ -381,7 +410,8 @@ def _corrgrpo_serve():
         # CPU time of the program and of every process it left behind (all reaped by now:
         # the server is their subreaper), counted by the kernel, out of the program's reach.
         cpu_ns = _corrgrpo_children_cpu_ns(resource) - before
-        clean = clean and _corrgrpo_clean(roots, snapshot) and _corrgrpo_self_state() == itself
+        clean = clean and _corrgrpo_clean(roots, snapshot) and _corrgrpo_self_state() == itself \
+            and _corrgrpo_kernel_settled(key_owner, kernel, time)
         sock.sendall(b"D %s %d %d %d" % (kind, code, int(clean), cpu_ns))
         if not clean:
             _corrgrpo_quit()
@@ -613,6 +643,51 @@ def _corrgrpo_self_state():
     return (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0),
             os.sched_getparam(0).sched_priority, sorted(os.sched_getaffinity(0)), limits,
             tracer, dumpable, os.getresuid(), os.getresgid(), os.getgroups())
+
+def _corrgrpo_kernel_state(uid):
+    # Kernel objects a program could leave for the next one outside its namespaces: the keys
+    # its uid owns (/proc/key-users: keys, instantiated keys, quota in keys and bytes; the
+    # user and user-session keyrings of a uid outlive its processes) and the unix sockets of
+    # the server's network namespace (an abstract socket kept alive by a descriptor cycle).
+    keys = (0, 0, 0, 0)  # keys, instantiated keys, keys and bytes counted against the quota
+    try:
+        with open("/proc/key-users") as f:
+            for line in f:
+                head, _, rest = line.partition(":")
+                if head.strip() == str(uid):
+                    # "<uid>: <usage> <keys>/<instantiated> <quota keys>/<max> <bytes>/<max>"
+                    counts = [part.split("/") for part in rest.split()[1:4]]
+                    keys = (int(counts[0][0]), int(counts[0][1]), int(counts[1][0]),
+                            int(counts[2][0]))
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/proc/net/unix") as f:
+            sockets = frozenset(line.split()[6] for line in list(f)[1:] if len(line.split()) > 6)
+    except OSError:
+        sockets = frozenset()
+    return keys, sockets
+
+#: What three anonymous session keyrings ("_ses", 5 bytes each) count in /proc/key-users.
+_PENDING_KEYRINGS = (3, 3, 3, 15)
+
+def _corrgrpo_kernel_settled(uid, start, time):
+    # The kernel frees a dead program's session keyring (after an RCU grace period, some
+    # 60 ms) and its sockets asynchronously, so the keyrings of the last few programs may
+    # still be counted. A key that outlives its program needs a keyring of the uid that
+    # outlives it too: the user and user-session keyrings ("_uid.<uid>", "_uid_ses.<uid>",
+    # 2 keys, 26 bytes or more) or the persistent one ("_persistent.<uid>", 18 bytes or
+    # more), more than three session keyrings' bytes. So up to that much is waited for
+    # only when exceeded; anything more half a second later makes the server quit.
+    deadline = time.monotonic() + 0.5
+    while True:
+        keys, sockets = _corrgrpo_kernel_state(uid)
+        extra = [now - was for now, was in zip(keys, start[0])]
+        if all(e <= room for e, room in zip(extra, _PENDING_KEYRINGS)) and sockets <= start[1]:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
 
 def _corrgrpo_no_ipc():
     for name in ("shm", "sem", "msg"):
