@@ -314,16 +314,16 @@ def test_the_backend_filter_stacks_on_a_custom_profile(tmp_path):
     """A profile given to the engine replaces its default; the backend's denials still hold."""
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
-        {"names": ["uname"], "action": "SCMP_ACT_ERRNO"}]}))
+        {"names": ["getpgid"], "action": "SCMP_ACT_ERRNO"}]}))
     with DockerSandbox(LIMITS, reuse="fresh", seccomp_profile=str(profile)) as box:
         numbers = syscall_numbers(box.architecture)
         result = box.run("import ctypes, os\n"
                          "libc = ctypes.CDLL(None, use_errno=True)\n"
-                         "try:\n    os.uname(); print('uname ok')\n"
-                         "except OSError as e:\n    print('uname', e.errno)\n"
+                         "try:\n    os.getpgid(0); print('getpgid ok')\n"
+                         "except OSError as e:\n    print('getpgid', e.errno)\n"
                          f"print('io_uring', libc.syscall({numbers['io_uring_setup']}, 1, 0), "
                          "ctypes.get_errno())\n")
-    assert result.stdout == "uname 1\nio_uring -1 1\n", result
+    assert result.stdout == "getpgid 1\nio_uring -1 1\n", result
 
 
 def test_denial_filter_is_a_whole_bpf_program():

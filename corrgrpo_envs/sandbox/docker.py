@@ -54,7 +54,7 @@ from corrgrpo_envs.sandbox.docker_relay import ContainerSession, relay_command
 from corrgrpo_envs.sandbox.forkserver import ForkingSandbox
 from corrgrpo_envs.sandbox.hostuser import sandbox_uid
 from corrgrpo_envs.sandbox.runner import PRELOAD_MODULES
-from corrgrpo_envs.sandbox.syscall_filter import denial_filter
+from corrgrpo_envs.sandbox.syscall_filter import denial_filter, syscall_numbers
 
 __all__ = ["DEFAULT_IMAGE", "DockerEngineError", "DockerSandbox", "docker_available",
            "engine_address"]
@@ -210,10 +210,15 @@ class DockerSandbox(ForkingSandbox):
         try:
             self.architecture = client.info()["Architecture"]
             self._filter = denial_filter(self.architecture).hex()
+            self._syscalls = {"keyctl": syscall_numbers(self.architecture)["keyctl"]}
         except ValueError as exc:
             raise SandboxUnavailable(f"docker engine {self.engine}: {exc}") from exc
         except Exception as exc:
             raise _engine_error(self.engine, exc) from exc
+
+    def _header(self, token: str, limits: Limits, **extra: object) -> dict:
+        # the system-call numbers the runner uses are the engine's machine's, not this host's
+        return {**super()._header(token, limits, **extra), "syscalls": self._syscalls}
 
     def _client(self):
         with self._client_lock:
@@ -267,7 +272,8 @@ class DockerSandbox(ForkingSandbox):
 
     def _start_server(self, limits: Limits) -> ContainerSession:
         relay = {"mode": "server", "start_timeout": 60,
-                 "server": {"preload": PRELOAD_MODULES, "workdir": SANDBOX_CWD}}
+                 "server": {"preload": PRELOAD_MODULES, "workdir": SANDBOX_CWD,
+                            "syscalls": self._syscalls}}
         return ContainerSession(self._client(), self._create_args(limits, relay,
                                                                    _RELAY_MB + _SERVER_MB),
                                 self.name, 120.0, self._error, reuse="fork")
