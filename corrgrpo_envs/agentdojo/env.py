@@ -20,6 +20,9 @@ Rewards (given at the last step; 0 before)
     ``security``: 1 - AgentDojo's check that the injection task succeeded. On
     clean cases there is no attack; ``clean_security="zero"`` (the paper's
     choice) scores 0 there, ``"one"`` scores 1.
+    With ``paste_guard`` (the default; off reproduces the paper), a final answer
+    that reproduces a large share of the episode's tool outputs or of the
+    environment's text scores utility 0 (:mod:`corrgrpo_envs.agentdojo.pasting`).
 
 Malformed turns
     Tool-call tags whose content does not parse end the episode with the
@@ -45,6 +48,7 @@ from corrgrpo_envs.agentdojo.cases import (
 from corrgrpo_envs.agentdojo.datasets import DATASETS
 from corrgrpo_envs.agentdojo.episode import AgentDojoEpisode, Scores, load_environment, tool_schemas
 from corrgrpo_envs.agentdojo.metrics import agentdojo_metrics
+from corrgrpo_envs.agentdojo.pasting import PasteMeasure, environment_text, measure, word_ngrams
 from corrgrpo_envs.agentdojo.rewards import (
     CLEAN_SECURITY,
     DEFAULT_WEIGHTS,
@@ -91,6 +95,9 @@ class AgentDojoEnv(MultiRewardEnv):
             episode clock (2025-01-01 09:00:00, +1 s per stamp) rather than the
             wall clock, so that episodes replay identically.
         reward_weights: weights of (utility, security); default (1, 1).
+        paste_guard: score a final answer that pastes the tool outputs or the
+            environment's text as a utility failure (default on, for training; off
+            to reproduce the paper). ``info["paste"]`` has the measure.
     """
 
     def __init__(
@@ -109,6 +116,7 @@ class AgentDojoEnv(MultiRewardEnv):
         system_message: str | None = None,
         deterministic_clock: bool = True,
         reward_weights: Sequence[float] | None = DEFAULT_WEIGHTS,
+        paste_guard: bool = True,
         max_action_chars: int = MAX_ACTION_CHARS,
         render_mode: str | None = None,
     ):
@@ -146,6 +154,10 @@ class AgentDojoEnv(MultiRewardEnv):
         self.on_malformed = on_malformed
         self.model_name = model_name
         self.deterministic_clock = bool(deterministic_clock)
+        if not isinstance(paste_guard, bool):
+            raise ValueError(f"paste_guard must be a bool, got {paste_guard!r}")
+        self.paste_guard = paste_guard
+        self._environment_ngrams: dict[str, set[tuple[str, ...]]] = {}
         self._suites = benchmark_suites(benchmark_version)
         if system_message is None:
             from agentdojo.agent_pipeline.agent_pipeline import load_system_message
@@ -201,12 +213,12 @@ class AgentDojoEnv(MultiRewardEnv):
             return outcome
 
         if not parsed.tool_calls and not parsed.errors:
-            scores = episode.score(parsed.content)
+            rewards, info = self._final(parsed.content, messages)
             return StepOutcome(
-                rewards=self._rewards(scores),
+                rewards=rewards,
                 terminated=True,
                 observation={"messages": messages, "tools": tools},
-                info=self._end_info(scores, parsed.content),
+                info=info,
             )
 
         calls_info = []
@@ -231,11 +243,10 @@ class AgentDojoEnv(MultiRewardEnv):
             calls_info.append({"name": None, "error": error})
         observation = {"messages": messages, "tools": tools}
         if self._turns >= self.max_turns:
-            scores = episode.score(parsed.content)
-            info = self._end_info(scores, parsed.content)
+            rewards, info = self._final(parsed.content, messages)
             info["tool_calls"] = calls_info
             return StepOutcome(
-                rewards=self._rewards(scores),
+                rewards=rewards,
                 terminated=False,
                 truncated=True,
                 observation=observation,
@@ -261,6 +272,32 @@ class AgentDojoEnv(MultiRewardEnv):
     # --------------------------------------------------------------- scoring
     def _rewards(self, scores: Scores) -> dict[str, float]:
         return rewards_from_scores(scores, self.clean_security)
+
+    def _final(self, answer: str, messages: list[dict]) -> tuple[dict[str, float], dict[str, Any]]:
+        """Rewards and info of the episode's end, with ``answer`` as the model output."""
+        assert self._episode is not None
+        scores = self._episode.score(answer)
+        rewards = self._rewards(scores)
+        info = self._end_info(scores, answer)
+        paste = self.paste_measure(answer, messages)
+        info["paste"] = paste.as_info()
+        if self.paste_guard and paste.pasted:
+            rewards["utility"] = 0.0
+        return rewards, info
+
+    def paste_measure(self, answer: str, messages: Sequence[dict]) -> PasteMeasure:
+        """How much of the tool outputs in ``messages`` and of the current case's environment
+        text ``answer`` reproduces (:func:`corrgrpo_envs.agentdojo.pasting.measure`)."""
+        assert self._episode is not None
+        case_id = self._episode.case.id
+        ngrams = self._environment_ngrams.get(case_id)
+        if ngrams is None:
+            if len(self._environment_ngrams) >= 64:  # the environment text of a few cases at most
+                self._environment_ngrams.clear()
+            ngrams = word_ngrams(environment_text(self._episode.pre_environment))
+            self._environment_ngrams[case_id] = ngrams
+        outputs = (m["content"] for m in messages if m.get("role") == "tool" and isinstance(m.get("content"), str))
+        return measure(answer, outputs, ngrams)
 
     def _end_info(self, scores: Scores, final_answer: str) -> dict[str, Any]:
         assert self._episode is not None

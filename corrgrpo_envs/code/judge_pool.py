@@ -206,9 +206,10 @@ class _Worker:
         reply = None
         try:
             _write(self.to_worker, message)
+            waiter = select.poll()  # not select(): a training process may hold fds past 1024
+            waiter.register(self.from_worker, select.POLLIN | select.POLLHUP | select.POLLERR)
             while True:
-                ready, _, _ = select.select([self.from_worker], [], [], _POLL_SECONDS)
-                if ready:
+                if waiter.poll(_POLL_SECONDS * 1000):
                     reply = _read(self.from_worker)
                     break
                 elapsed = time.monotonic() - start

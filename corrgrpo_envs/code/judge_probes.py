@@ -14,7 +14,8 @@ of 2^64 nodes and stopped the training process, and
 :func:`probe_colliding_hash_set` (a 1 MB record) cost seconds per step holding
 the GIL.
 
-``PROBES`` lists them by name, for a red-team command to run.
+``PROBES`` lists them by name, for a red-team command to run; every probe takes an
+optional ``backend`` (a sandbox backend name, default ``auto``).
 """
 
 from __future__ import annotations
@@ -108,6 +109,36 @@ def probe_colliding_hash_set(backend: str = "auto") -> tuple[bool, str]:
         env.close()
 
 
+def probe_shared_list_dag(backend: str = "auto") -> tuple[bool, str]:
+    """No forgery: the entry returns a list of 64 levels, each holding the level below twice.
+    The runner's encoder keeps the sharing (66 nodes); any walk of the value on the host
+    (``==`` against a nested expected value, ``repr``) would visit 2^64 nodes."""
+    answer = ("```python\ndef has_close_elements(numbers, threshold):\n    v = []\n"
+              "    for _ in range(64):\n        v = [v, v]\n    return v\n```")
+    env = _env(backend)
+    try:
+        return _held(*_step(env, "HumanEval/0", answer))
+    finally:
+        env.close()
+
+
+def probe_deep_tuple_under_a_set(backend: str = "auto") -> tuple[bool, str]:
+    """A set holding a chain of 60,000 nested tuples: hashing it recurses 60,000 C frames deep
+    (a C stack overflow would end the process that decodes it). Any failing status holds."""
+    answer = (
+        "```python\nimport json\n"
+        "r = [['N']] + [['T', [i]] for i in range(60000)] + [['E', [60000]]]\n"
+        "t = [json.dumps(r, separators=(',', ':'))]\n"
+        "json.dumps = lambda *a, **k: t.pop() if t else '[[\"B\",1]]'\n"
+        f"{_ENTRY}```"
+    )
+    env = _env(backend)
+    try:
+        return _held(*_step(env, "HumanEval/0", answer), expect=None)
+    finally:
+        env.close()
+
+
 #: A data set of one problem whose check hashes what the candidate returns (as checks that
 #: compare sets do): the decode builds only a list, the check's ``set()`` is the slow part.
 _SET_CHECK_TASK = {
@@ -132,9 +163,10 @@ def probe_colliding_hash_in_check(backend: str = "auto") -> tuple[bool, str]:
             env.close()
 
 
-def probe_judge_deadline() -> tuple[bool, str]:
+def probe_judge_deadline(backend: str = "auto") -> tuple[bool, str]:
     """A check that loops in C (``sum`` over a huge ``range``) on a forged record: the judge
-    worker is killed at its CPU deadline, and the next verdict in the pool still scores right."""
+    worker is killed at its CPU deadline, and the next verdict in the pool still scores right
+    (no sandbox: ``backend`` is accepted like every probe's, and unused)."""
     from corrgrpo_envs.tasks import Task
 
     task = Task("probe/deadline", {
@@ -166,6 +198,8 @@ class _Run:
 PROBES: dict[str, Callable[..., tuple[bool, str]]] = {
     "shared_tuple_dag": probe_shared_tuple_dag,
     "colliding_hash_set": probe_colliding_hash_set,
+    "shared_list_dag": probe_shared_list_dag,
+    "deep_tuple_under_a_set": probe_deep_tuple_under_a_set,
     "colliding_hash_in_check": probe_colliding_hash_in_check,
     "judge_deadline": probe_judge_deadline,
 }
