@@ -62,6 +62,7 @@ class _TcpToUnix:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self._stop = False
+        self.open: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -70,9 +71,13 @@ class _TcpToUnix:
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            if self._stop:
+                client.close()
+                return
             engine = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             engine.connect(self.unix_path)
             self.connections += 1
+            self.open += [client, engine]
             threading.Thread(target=self._pump, args=(client, engine, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(engine, client, False), daemon=True).start()
 
@@ -91,8 +96,19 @@ class _TcpToUnix:
                     pass
 
     def close(self) -> None:
+        """Stop listening and cut every connection (the engine is gone, as far as clients see)."""
         self._stop = True
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() in progress
+        except OSError:
+            pass
         self.listener.close()
+        for sock in self.open:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            except OSError:
+                pass
 
 
 @pytest.mark.parametrize("reuse", REUSE)
@@ -121,6 +137,30 @@ def test_engine_named_by_docker_host(transport, reuse, monkeypatch):
     finally:
         if forwarder is not None:
             forwarder.close()
+
+
+def test_an_engine_lost_mid_session_is_a_result_and_leaves_no_container(monkeypatch):
+    local = engine_address()
+    if not local.startswith("unix://"):
+        pytest.skip(f"the local engine is not on a unix socket ({local})")
+    forwarder = _TcpToUnix(local[len("unix://"):])
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{forwarder.port}")
+    box = DockerSandbox(LIMITS, reuse="fork")
+    assert box.run("print(1)").stdout == "1\n"
+    owner = box.owner
+    forwarder.close()  # the engine is unreachable from now on
+    with pytest.warns(RuntimeWarning, match="cannot remove container"):
+        result = box.run("print(2)")
+        box.close()
+    assert result.status in ("killed", "sandbox_error"), result
+    import docker
+
+    client = docker.DockerClient(base_url=local)
+    deadline = time.monotonic() + 30  # its stdin ended with the stream: the engine removes it
+    while client.api.containers(all=True, quiet=True, filters={"label": f"corrgrpo.owner={owner}"}):
+        assert time.monotonic() < deadline, "the container outlived its lost stream"
+        time.sleep(0.2)
+    client.close()
 
 
 # ---------------------------------------------------------------- errors

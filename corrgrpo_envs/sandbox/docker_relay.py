@@ -46,6 +46,7 @@ import socket
 import struct
 import threading
 import time
+import warnings
 
 from corrgrpo_envs.sandbox.base import Limits, RunResult, _parse_status, append_capped
 from corrgrpo_envs.sandbox.calls import channel_text
@@ -597,19 +598,26 @@ class ContainerSession:
                          cpu_seconds=cpu_seconds, channel=channel_text(status_text, token))
 
     def close(self) -> None:
-        """Remove the container (killing everything in it) and end the stream."""
+        """Remove the container (killing everything in it) and end the stream.
+
+        An engine that cannot be reached gets a warning with its message, not an exception
+        (this runs when a server is discarded in the middle of a run): the container ends
+        anyway once its stdin closes with the stream, and the engine removes it.
+        """
         self.healthy = False
         container, self.container = self.container, None
         if container is not None:
             try:
                 container.remove(force=True)
             except Exception as exc:  # already gone (auto-removed) or being removed
-                if getattr(getattr(exc, "response", None), "status_code", None) not in (404, 409):
-                    raise self._errors(exc) from exc
-                try:  # the engine is removing it: wait until it is gone
-                    container.wait(condition="removed", timeout=30)
-                except Exception:
-                    pass
+                if getattr(getattr(exc, "response", None), "status_code", None) in (404, 409):
+                    try:  # the engine is removing it: wait until it is gone
+                        container.wait(condition="removed", timeout=30)
+                    except Exception:
+                        pass
+                else:
+                    warnings.warn(f"cannot remove container {container.short_id}: "
+                                  f"{self._errors(exc)}", RuntimeWarning, stacklevel=2)
         if getattr(self, "_sock", None) is not None:
             raw = self._raw()
             for end in (lambda: raw.shutdown(socket.SHUT_RDWR), self._sock.close, raw.close):
