@@ -54,7 +54,11 @@ from corrgrpo_envs.sandbox.docker_relay import ContainerSession, relay_command
 from corrgrpo_envs.sandbox.forkserver import ForkingSandbox
 from corrgrpo_envs.sandbox.hostuser import sandbox_uid
 from corrgrpo_envs.sandbox.runner import PRELOAD_MODULES
-from corrgrpo_envs.sandbox.syscall_filter import denial_filter, syscall_numbers
+from corrgrpo_envs.sandbox.syscall_filter import (
+    canonical_machine,
+    denial_filter,
+    syscall_numbers,
+)
 
 __all__ = ["DEFAULT_IMAGE", "DockerEngineError", "DockerSandbox", "docker_available",
            "engine_address"]
@@ -217,8 +221,13 @@ class DockerSandbox(ForkingSandbox):
             raise _engine_error(self.engine, exc) from exc
 
     def _header(self, token: str, limits: Limits, **extra: object) -> dict:
-        # the system-call numbers the runner uses are the engine's machine's, not this host's
-        return {**super()._header(token, limits, **extra), "syscalls": self._syscalls}
+        # The system-call numbers the runner uses are the engine's machine's, not this host's;
+        # the runner's own filter (built by libseccomp for this host) only where they are the
+        # same machine: elsewhere the relay's filter, built for the engine's, is the one.
+        header = {**super()._header(token, limits, **extra), "syscalls": self._syscalls}
+        if canonical_machine(self.architecture) != canonical_machine(os.uname().machine):
+            header["seccomp"] = None
+        return header
 
     def _client(self):
         with self._client_lock:

@@ -88,6 +88,8 @@ def _corrgrpo_boot():
             pass
     def report(status, seconds=0.0):
         emit("%s %.9f" % (status, seconds))
+    if header.get("seccomp"):
+        _corrgrpo_seccomp(header["seccomp"])
     try:
         code = compile(source, "<program>", "exec")
     except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError):
@@ -163,6 +165,23 @@ def _corrgrpo_fresh_keyring(numbers):
         if err not in (1, 38):  # EPERM, ENOSYS: keyctl is denied to the program too
             raise OSError(err, "cannot join a fresh session keyring: %s" % os.strerror(err))
 
+def _corrgrpo_seccomp(program):
+    # The host's filter (classic BPF from libseccomp: corrgrpo_envs.sandbox.seccomp), for this
+    # process and everything it starts, irrevocably; the last set-up step before the program.
+    ctypes, libc = _corrgrpo_libc()
+    class _Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    code = ctypes.create_string_buffer(program, len(program))
+    prog = _Prog(len(program) // 8, ctypes.cast(code, ctypes.c_void_p))
+    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+    zero = ctypes.c_ulong(0)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), zero, zero, zero) != 0 or \
+            libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(prog),
+                       zero, zero) != 0:
+        err = ctypes.get_errno()
+        os.write(2, ("cannot install the seccomp filter: %s\n" % os.strerror(err)).encode())
+        os._exit(125)  # never run a program without it
+
 def _corrgrpo_libc():
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
@@ -208,11 +227,14 @@ def _isolate_fs(header):
     view = header["view"]
     # Opened before anything is covered (the interpreter may live under /tmp).
     sources = [(path, os.open(path, os.O_PATH)) for path in view["binds"]]
+    cpu_bind = header.get("cpu_bind")  # (host folder, where) of a fork server's control group
+    if cpu_bind:
+        sources.append((cpu_bind[1], os.open(cpu_bind[0], os.O_PATH)))
     devices = {name: os.open("/dev/" + name, os.O_PATH) for name in ("null", "zero", "random", "urandom")}
     new = "/tmp"  # the staging point: our own namespace's /tmp, covered by the new root
     _mount("corrgrpo-root", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1048576,mode=755")
     size = header.get("tmpfs_bytes", 64 << 20)
-    writable = [new + t for t in header.get("tmpfs", [])]
+    writable = [new + t for t in header.get("tmpfs", [])] + ([new + cpu_bind[1]] if cpu_bind else [])
     steps = [(p, "bind", fd) for p, fd in sources] + [(p, "link", t) for p, t in view["links"]]
     steps += [(t, "tmpfs", None) for t in header.get("tmpfs", []) if t != "/dev/shm"]
     steps += [("/dev", "dev", None), ("/proc", "proc", None)]
@@ -333,6 +355,9 @@ def _corrgrpo_private_ns(config):
     if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET) != 0:
         raise OSError(ctypes.get_errno(), "unshare(mount, ipc, net) failed")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    if config.get("cpu_mount"):  # the control group files stay the server's
+        if libc.umount2(config["cpu_mount"].encode(), 2) != 0:
+            raise OSError(ctypes.get_errno(), "umount %s failed" % config["cpu_mount"])
     _tmpfs_with_keeps(config["fresh_tmpfs"], config["tmpfs_bytes"], config.get("keep", []))
 '''
 
@@ -349,7 +374,8 @@ RUNNER_SOURCE = _SHARED_SOURCE + "\n_corrgrpo_boot()\n"
 #                                                 kind: exit, timeout or killed; code: exit
 #                                                 code (negative: signal); clean 0: the server
 #                                                 could not restore a clean state and exits;
-#                                                 cpu_ns: CPU time of the program's processes
+#                                                 cpu_ns: CPU time of the program's control
+#                                                 group, -1 without one
 # The program itself (header and source) travels on its stdin pipe straight to the child,
 # so the server never holds a program's text or output.
 _SERVER_PART = r'''
@@ -376,10 +402,9 @@ def _corrgrpo_serve():
     # Not dumpable: a program (same uid) can then neither ptrace the server nor open its
     # /proc files (memory, fds such as the control socket). Children inherit the flag.
     libc.prctl(4, 0, 0, 0, 0)
-    # Child subreaper: processes a program leaves behind become the server's children, so
-    # their CPU time is counted with the program's and the server reaps them.
+    # Child subreaper: processes a program leaves behind become the server's children, and
+    # the server reaps them.
     libc.prctl(36, 1, 0, 0, 0)
-    import resource
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     me = os.getpid()
@@ -399,7 +424,7 @@ def _corrgrpo_serve():
             for fd in fds:
                 os.close(fd)
             continue  # a late kill request for a program that already ended
-        before = _corrgrpo_children_cpu_ns(resource)
+        before = _corrgrpo_cpu_ns(config) if config.get("cpu_group") else None
         pid = os.fork()
         if pid == 0:
             _corrgrpo_child(fds, config)
@@ -407,9 +432,10 @@ def _corrgrpo_serve():
             os.close(fd)
         kind, code = _corrgrpo_wait(sock, pid, float(msg[2:]), select, signal, time)
         clean = _corrgrpo_reap(me, signal, time)
-        # CPU time of the program and of every process it left behind (all reaped by now:
-        # the server is their subreaper), counted by the kernel, out of the program's reach.
-        cpu_ns = _corrgrpo_children_cpu_ns(resource) - before
+        # CPU time of the program and of every process it started (all dead by now), counted
+        # by the kernel in the program's control group, out of the program's reach; -1 where
+        # there is no such group (a rusage would miss children reaped automatically).
+        cpu_ns = _corrgrpo_cpu_ns(config) - before if before is not None else -1
         clean = clean and _corrgrpo_clean(roots, snapshot) and _corrgrpo_self_state() == itself \
             and _corrgrpo_kernel_settled(key_owner, kernel, time)
         sock.sendall(b"D %s %d %d %d" % (kind, code, int(clean), cpu_ns))
@@ -438,12 +464,35 @@ def _corrgrpo_isolate_child(config):
     if config.get("drop_caps"):
         _confine(config.get("program_uid"))
 
+def _corrgrpo_enter_program_group(config):
+    # Into the control group that counts the program's CPU time, before anything else: every
+    # process the program starts is born there, and it cannot leave (it never sees the group's
+    # files: its mount namespace drops them, and it holds no capability to mount them again).
+    if config.get("cpu_group"):
+        fd = os.open(config["cpu_group"] + "/cgroup.procs", os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+def _corrgrpo_cpu_ns(config):
+    # CPU time (ns) of everything that ran in the programs' group (cgroup v2 or v1 cpuacct).
+    with open(config["cpu_group"] + "/" + config["cpu_file"]) as f:
+        text = f.read()
+    if config["cpu_file"] == "cpuacct.usage":
+        return int(text)
+    for line in text.splitlines():
+        if line.startswith("usage_usec "):
+            return int(line.split()[1]) * 1000
+    raise OSError("no usage_usec in cpu.stat")
+
 def _corrgrpo_probe_child(config):
     # The isolation every child gets must work before the server says ready.
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
+            _corrgrpo_enter_program_group(config)
             _corrgrpo_isolate_child(config)
         except BaseException as exc:
             os.write(2, ("child isolation failed: %r\n" % (exc,)).encode())
@@ -455,6 +504,7 @@ def _corrgrpo_probe_child(config):
 def _corrgrpo_child(fds, config):
     code = 1
     try:
+        _corrgrpo_enter_program_group(config)
         os.setsid()
         for target, fd in enumerate(fds):  # stdin, stdout, stderr, status channel (fd 3)
             os.dup2(fd, target)
@@ -514,10 +564,6 @@ def _corrgrpo_wait(sock, pid, timeout, select, signal, time):
                 pass
     status = os.waitpid(pid, 0)[1]
     return kind, os.waitstatus_to_exitcode(status)
-
-def _corrgrpo_children_cpu_ns(resource):
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return int(round((usage.ru_utime + usage.ru_stime) * 1e9))
 
 def _corrgrpo_reap(me, signal, time):
     # Kill every other process of the pid namespace (children the program left behind,

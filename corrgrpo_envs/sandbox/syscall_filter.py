@@ -1,13 +1,17 @@
-"""System calls a sandboxed program is denied, as a seccomp BPF program built on the host.
+"""The sandbox's system-call denials as a seccomp BPF program for a given machine.
 
-The filter is a classic BPF program over ``struct seccomp_data`` (the kernel's
-``SECCOMP_MODE_FILTER`` input): it returns ``EPERM`` for every call of
-:data:`DENIED`, ``EPERM`` for ``clone``/``unshare`` when their flags ask for a new
-user namespace, ``ENOSYS`` for ``clone3`` (its flags sit in memory a filter
-cannot read, so C libraries fall back to ``clone``, which the filter can check),
-``EPERM`` for any call made through another ABI of the machine (``int 0x80``,
-x32), and allows the rest. Filters stack: installed under a container engine's own
-profile, a call runs only when both allow it.
+:mod:`corrgrpo_envs.sandbox.seccomp` builds the filter the runner installs with
+libseccomp, for this host's machine. A Docker engine may run on another machine
+(``DOCKER_HOST``), and the docker backend's relay installs the same denials
+(:data:`~corrgrpo_envs.sandbox.seccomp.DENIED`) as the container's first step, so
+this module assembles them for the engine's machine from its system-call table:
+a classic BPF program over ``struct seccomp_data`` that returns ``EPERM`` for
+every entry (``clone``/``unshare`` only when their flags ask for a new user
+namespace), ``ENOSYS`` for ``clone3`` (its flags sit in memory a filter cannot
+read, so C libraries fall back to ``clone``), ``EPERM`` for any call made through
+another ABI of the machine (``int 0x80``, x32), and allows the rest. Filters
+stack: installed under a container engine's own profile, a call runs only when
+both allow it.
 
 :func:`denial_filter` returns the program as bytes (``struct sock_filter``
 entries); whatever installs it needs ``PR_SET_NO_NEW_PRIVS`` first and passes it
@@ -18,36 +22,13 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["DENIED", "CLONE_NEWUSER", "denial_filter", "filter_architectures", "syscall_numbers"]
+from corrgrpo_envs.sandbox.seccomp import CLONE_NEWUSER, DENIED
 
-#: Denied outright (``EPERM``), with the reason for each.
-DENIED: dict[str, str] = {
-    "mount": "mounts change what every later program of the sandbox sees",
-    "umount2": "the same, by uncovering what a mount hid",
-    "pivot_root": "a new root: a mount call by another name",
-    "open_tree": "new mount API: a detached copy of a mount",
-    "move_mount": "new mount API: attaches a mount",
-    "fsopen": "new mount API: a file-system context",
-    "fsconfig": "new mount API: configures a file-system context",
-    "fsmount": "new mount API: a mount from a file-system context",
-    "fspick": "new mount API: reconfigures an existing mount",
-    "mount_setattr": "new mount API: changes mount flags (read-only, idmapping)",
-    "keyctl": "kernel keyrings are not namespaced: keys outlive the program and reach the host",
-    "add_key": "adds a key to a keyring shared beyond the program",
-    "request_key": "asks user space (the host's key helpers) for a key",
-    "io_uring_setup": "io_uring: a second system-call interface, and a frequent source of "
-                      "kernel bugs, that no judged program needs",
-    "io_uring_enter": "io_uring (see io_uring_setup)",
-    "io_uring_register": "io_uring (see io_uring_setup)",
-    "userfaultfd": "stalls the kernel at a chosen page fault: the classic way to win kernel races",
-    "perf_event_open": "performance counters: side channels on the host and a large kernel "
-                       "surface",
-    "bpf": "loads programs into the kernel",
-}
+__all__ = ["canonical_machine", "denial_filter", "filter_architectures", "syscall_numbers"]
 
-#: ``clone``/``unshare`` flag of a new user namespace (with it, a program holds every
-#: capability inside that namespace: mounts, network devices, packet sockets).
-CLONE_NEWUSER = 0x10000000
+#: Denied only with ``CLONE_NEWUSER`` in their flags (the first argument), and ``ENOSYS``.
+_FLAGGED = ("clone", "unshare")
+_NOSYS = ("clone3",)
 
 _ARCHES: dict[str, dict] = {
     "x86_64": {
@@ -89,14 +70,19 @@ _ENOSYS = 38
 _NR, _ARCH, _ARG0_LOW = 0, 4, 16
 
 
+def canonical_machine(machine: str) -> str:
+    """``uname -m``'s name for a machine an engine may call otherwise (``amd64``, ``arm64``)."""
+    return _ARCH_ALIASES.get(machine, machine)
+
+
 def filter_architectures() -> tuple[str, ...]:
     """The machines :func:`denial_filter` knows the system-call numbers of."""
     return tuple(_ARCHES)
 
 
 def syscall_numbers(machine: str) -> dict[str, int]:
-    """The numbers of the filtered calls (those of :data:`DENIED`, ``clone``, ``clone3``,
-    ``unshare``) on ``machine``."""
+    """The numbers of the denied calls (:data:`~corrgrpo_envs.sandbox.seccomp.DENIED`) on
+    ``machine``."""
     arch = _ARCHES.get(_ARCH_ALIASES.get(machine, machine))
     if arch is None:
         raise ValueError(f"no system-call filter for architecture {machine!r}; "
@@ -122,11 +108,13 @@ def denial_filter(machine: str) -> bytes:
     ]
     if arch["x32_bit"] is not None:
         prog += [(_JGE_K, 0, 1, arch["x32_bit"]), deny]
-    for name in ("clone", "unshare"):  # new user namespaces: denied; other flags pass on
-        prog += [(_JEQ_K, 0, 4, numbers[name]), (_LD_W_ABS, 0, 0, _ARG0_LOW),
-                 (_JSET_K, 0, 1, CLONE_NEWUSER), deny, allow]
-    prog += [(_JEQ_K, 0, 1, numbers["clone3"]), (_RET_K, 0, 0, _ERRNO | _ENOSYS)]
     for name in DENIED:
-        prog += [(_JEQ_K, 0, 1, numbers[name]), deny]
+        if name in _FLAGGED:  # new user namespaces: denied; other flags pass on
+            prog += [(_JEQ_K, 0, 4, numbers[name]), (_LD_W_ABS, 0, 0, _ARG0_LOW),
+                     (_JSET_K, 0, 1, CLONE_NEWUSER), deny, allow]
+        elif name in _NOSYS:
+            prog += [(_JEQ_K, 0, 1, numbers[name]), (_RET_K, 0, 0, _ERRNO | _ENOSYS)]
+        else:
+            prog += [(_JEQ_K, 0, 1, numbers[name]), deny]
     prog.append(allow)
     return b"".join(struct.pack("<HBBI", *op) for op in prog)
