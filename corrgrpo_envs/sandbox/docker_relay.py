@@ -4,38 +4,41 @@ A container cannot inherit the host's file descriptors, and a remote engine
 shares no folder with the host, so the docker backend reaches a container only
 through the engine: its attach stream (the container's stdin and stdout, through
 the Docker SDK). The relay (:data:`RELAY_SOURCE`, run as ``python3 -I -S -c`` by
-the container's ``Cmd``) is pid 1 of the container. It
+the container's command: :func:`relay_command`) is pid 1 of the container. It
 
 * installs the system-call filter it is given (stacked on the engine's own seccomp
   profile) before anything else runs, and makes itself non-dumpable (a program
   with the same uid can then neither trace it nor open its ``/proc`` files, such
   as its end of the attach stream);
-* ``server`` mode: starts the fork server (:mod:`corrgrpo_envs.sandbox.forkserver`)
-  as its child, connected by a socket pair, and for each program makes the four
-  pipes (stdin, stdout, stderr, status channel) the server hands to the program;
-  ``runner`` mode: runs one fresh interpreter on such pipes and kills whatever is
-  left when it ends (:data:`~corrgrpo_envs.sandbox.base.runner_command`);
+* ``server`` mode: runs the fork server (:mod:`corrgrpo_envs.sandbox.forkserver`)
+  in its own main thread, so that the server is pid 1 (a program's SIGKILL or
+  SIGSTOP never reaches it, and the server's clean-up spares pid 1), while a
+  thread talks to the server over a socket pair and makes, for each program, the
+  four pipes (stdin, stdout, stderr, status channel) the server hands to it; the
+  server's ``_corrgrpo_quit`` is replaced so that the verdict of the program that
+  made it unclean is forwarded before the container ends. ``runner`` mode: runs
+  one fresh interpreter on such pipes (:func:`~corrgrpo_envs.sandbox.base.runner_command`)
+  and kills whatever is left when it ends;
 * carries the pipes' bytes as frames on the attach stream;
 * measures each program's CPU time from the container's control group (cgroup v2
   ``cpu.stat``, v1 ``cpuacct.usage``), which holds every process of the container
-  whatever it does with signals, less the relay's and the server's own time; ``-``
-  when the container has no readable group (the host then reports ``None``);
+  whatever it does with signals, less the relay process's own time (its threads
+  and the server's bookkeeping); ``-`` when the container has no readable group
+  (the host then reports ``None``);
 * after each program, checks that no socket of the container's network namespace
   (which its programs share) outlived it: an abstract unix name, a TCP or UDP port,
   or even an unnamed socket kept alive by a descriptor cycle is something the next
   program could see. When one did, it reports the server unclean and the container
   is replaced.
 
-Pid 1 of a pid namespace gets no signal from inside it that it has no handler for,
-and the fork server's clean-up spares pid 1: the relay outlives every program.
-
 Frames (both directions): one kind byte, a 4-byte big-endian length, the payload.
 Host to relay: ``R`` (start a program; payload: its timeout), ``I`` (stdin
 bytes), ``E`` (end of stdin), ``K`` (kill the program). Relay to host: ``r``
-(ready), ``1``/``2``/``3`` (stdout, stderr, status-channel bytes), ``D`` (done:
-``D <kind> <code> <clean> <cpu_ns or ->``, after the program's pipes are drained),
-``x`` (the relay stops; payload: why). When the host's end of the attach stream
-closes, the container's stdin ends (``StdinOnce``) and the relay kills everything.
+(ready; payload ``cpu`` when CPU time is measured), ``1``/``2``/``3`` (stdout,
+stderr, status-channel bytes), ``D`` (done: ``D <kind> <code> <clean> <cpu_ns or
+->``, after the program's pipes are drained), ``x`` (the relay stops; payload:
+why). When the host's end of the attach stream closes, the container's stdin ends
+(``StdinOnce``) and the relay kills everything.
 """
 
 from __future__ import annotations
@@ -171,7 +174,6 @@ class Relay:
         self.cpu = _cgroup_cpu()
         self.prog = None
         self.sockets = set()
-        self.reported = threading.Event()
 
     def wait_ready(self):
         ready = b""
@@ -355,8 +357,6 @@ class Relay:
             finally:
                 _stop()
 
-_RELAY = None
-
 def _corrgrpo_quit():
     # (replaces the fork server's own: the relay thread first forwards the verdict and the
     # last output of the program that made the server unclean, then ends the container)
@@ -364,24 +364,21 @@ def _corrgrpo_quit():
     _stop()
 
 def _relay_main():
-    global _RELAY
     import ctypes
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
     config = eval(sys.argv[1], {"__builtins__": {}})
     if config.get("filter"):
         _install_filter(bytes.fromhex(config["filter"]))
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     if config["mode"] != "server":
-        _RELAY = Relay(config)
-        _RELAY.serve_host()
+        Relay(config).serve_host()
         return
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    _RELAY = Relay(config, ours)
+    relay = Relay(config, ours)
     # Every program is forked from this process and inherits its address space, which its
     # RLIMIT_AS counts: the thread gets a small stack and no malloc arena of its own (64 MB).
     ctypes.CDLL(None).mallopt(-8, 1)  # M_ARENA_MAX
     threading.stack_size(1 << 18)
-    threading.Thread(target=_RELAY.serve_host, daemon=True).start()
+    threading.Thread(target=relay.serve_host, daemon=True).start()
     sys.argv = ["-c", str(theirs.fileno()), repr(config["server"])]
     try:
         _corrgrpo_serve()
