@@ -99,11 +99,14 @@ class SandboxCgroup:
         if self.cpu is None:
             return None
         folder = self.cpu.folder / PROGRAM_GROUP
-        folder.mkdir(exist_ok=True)
-        if owner is not None:
-            for path in (self.cpu.folder, self.cpu.folder / "cgroup.procs", folder,
-                         folder / "cgroup.procs"):
-                os.chown(path, owner, owner)
+        try:
+            folder.mkdir(exist_ok=True)
+            if owner is not None:
+                for path in (self.cpu.folder, self.cpu.folder / "cgroup.procs", folder,
+                             folder / "cgroup.procs"):
+                    os.chown(path, owner, owner)
+        except OSError:
+            return None
         return CpuGroup(folder, self.cpu.version)
 
     def cpu_seconds(self) -> float | None:
