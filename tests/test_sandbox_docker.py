@@ -413,6 +413,43 @@ def test_keys_cannot_be_left_for_the_next_program_or_the_host(box):
     assert "corrgrpo-key-probe" not in Path("/proc/keys").read_text()
 
 
+# Searched in place (no copy of memory is made) with patterns whose text is not the mark:
+# only a copy of the previous program's bytes can match.
+_SCAN_MEMORY = """
+import ctypes, re
+patterns = {"source": re.compile(rb"c[o]rrgrpo-s[o]urce-mark"),
+            "output": re.compile(rb"c[o]rrgrpo-o[u]tput-mark")}
+found = set()
+for line in open("/proc/self/maps").read().splitlines():
+    fields = line.split()
+    if not fields[1].startswith("r") or (len(fields) > 5 and fields[5].startswith("[v")):
+        continue
+    start, end = (int(x, 16) for x in fields[0].split("-"))
+    view = memoryview((ctypes.c_char * (end - start)).from_address(start)).cast("B")
+    found.update(name for name, pattern in patterns.items() if pattern.search(view))
+print(sorted(found))
+"""
+
+
+def _run_fresh(program: str) -> str:
+    with DockerSandbox(LIMITS, reuse="fresh") as box:
+        return box.run(program).stdout
+
+
+def test_a_program_finds_nothing_of_the_previous_one_in_its_memory():
+    """Every program is forked from the container's first process, which carries the programs'
+    bytes: a reference solution, say, must not be in the memory the next program inherits."""
+    with DockerSandbox(LIMITS, reuse="fork") as box:
+        first = box.run("# corrgrpo-source-mark\nprint('corrgrpo-output-mark' * 100)")
+        assert first.status == "ok"
+        scan = box.run(_SCAN_MEMORY)
+        assert scan.extra["container"] == first.extra["container"]
+    assert scan.status == "ok" and scan.stdout == "[]\n", (scan.stdout, scan.stderr)
+    # (the same scan finds the marks when the program itself holds them)
+    holds = _run_fresh("x = '# corrgrpo-source-mark'\n" + _SCAN_MEMORY)
+    assert holds == "['source']\n", holds
+
+
 def test_fork_server_container_is_reused_between_clean_programs():
     with DockerSandbox(LIMITS, reuse="fork") as box:
         first = box.run("print(1)")

@@ -66,10 +66,16 @@ import os, sys, struct, select, signal, socket, threading, time
 def _frame(kind, data=b""):
     return kind + struct.pack(">I", len(data)) + data
 
+def _write_all(data):
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        done += os.write(1, view[done:])
+    view.release()
+
 def _send(kind, data=b""):
-    out = _frame(kind, data)
-    while out:
-        out = out[os.write(1, out):]
+    # (frames of the relay's own: never a program's bytes, see Relay.forward)
+    _write_all(_frame(kind, data))
 
 def _install_filter(prog):
     import ctypes
@@ -170,7 +176,12 @@ class Relay:
         self.config = config
         self.server = ctl is not None
         self.ctl = ctl
-        self.inbuf = b""
+        self.head = b""  # the frame header being read from the host
+        self.need = 0  # stdin bytes of the current frame still to come from the host
+        # The only place a program's bytes (its source on the way in, its output on the way
+        # out) ever are in this process, zeroed after each use: every program is forked from
+        # this process and inherits its memory, so nothing of one may linger for the next.
+        self.buf = bytearray(1 << 16)
         self.cpu = _cgroup_cpu()
         self.prog = None
         self.sockets = set()
@@ -191,10 +202,11 @@ class Relay:
         pipes = [os.pipe() for _ in range(4)]
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
         mine = [pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]]
-        for fd in mine:
-            os.set_blocking(fd, False)
-        prog = {"stdin": mine[0], "outs": {mine[1]: b"1", mine[2]: b"2", mine[3]: b"3"},
-                "pending": b"", "eof": False, "done": None, "done_at": None, "pidfd": None,
+        for fd in mine[1:]:
+            os.set_blocking(fd, False)  # (stdin stays blocking: the runner reads all of it
+        prog = {"stdin": mine[0],        # before the program starts)
+                "outs": {mine[1]: b"1", mine[2]: b"2", mine[3]: b"3"},
+                "done": None, "done_at": None, "pidfd": None,
                 "cpu": self.cpu() if self.cpu else None, "self": time.process_time_ns()}
         if self.server:
             socket.send_fds(self.ctl, [b"R %r" % timeout], theirs)
@@ -246,44 +258,88 @@ class Relay:
             _send(b"x", b"unclean" if self.server else b"done")
             _stop()
 
-    def on_host(self, data):
-        if not data:  # the host is gone
-            _stop()
-        self.inbuf += data
-        while len(self.inbuf) >= 5:
-            kind = self.inbuf[:1]
-            size = struct.unpack(">I", self.inbuf[1:5])[0]
-            if len(self.inbuf) < 5 + size:
-                break
-            payload, self.inbuf = self.inbuf[5:5 + size], self.inbuf[5 + size:]
+    def _read_exact(self, size):
+        data = b""
+        while len(data) < size:
+            more = os.read(0, size - len(data))
+            if not more:
+                _stop()  # the host is gone
+            data += more
+        return data
+
+    def on_host(self):
+        # One read from the host: part of a frame header, or stdin bytes for the program.
+        if self.need:
+            view = memoryview(self.buf)[:min(self.need, len(self.buf))]
+            n = os.readv(0, [view])
+            if not n:
+                _stop()
+            self.need -= n
             prog = self.prog
-            if kind == b"R" and prog is None:
-                self.begin(float(payload))
-            elif kind == b"I" and prog is not None:
-                prog["pending"] += payload
-            elif kind == b"E" and prog is not None:
-                prog["eof"] = True
-            elif kind == b"K" and prog is not None and prog["done"] is None:
-                if self.server:
-                    try:
-                        self.ctl.send(b"K")
-                    except OSError:
-                        pass
-                else:
-                    self.stop_runner(b"killed")
+            if prog is not None and prog["stdin"] >= 0:
+                try:
+                    done = 0
+                    while done < n:
+                        done += os.write(prog["stdin"], view[done:n])
+                except OSError:  # the program is gone: the rest of its stdin is dropped
+                    os.close(prog["stdin"])
+                    prog["stdin"] = -1
+            view[:n] = bytes(n)
+            view.release()
+            return
+        more = os.read(0, 5 - len(self.head))
+        if not more:  # the host is gone
+            _stop()
+        self.head += more
+        if len(self.head) < 5:
+            return
+        kind, size = self.head[:1], struct.unpack(">I", self.head[1:])[0]
+        self.head = b""
+        prog = self.prog
+        if kind == b"I":
+            self.need = size
+            return
+        payload = self._read_exact(size)  # (R, E, K: a timeout at most)
+        if kind == b"R" and prog is None:
+            self.begin(float(payload))
+        elif kind == b"E" and prog is not None and prog["stdin"] >= 0:
+            os.close(prog["stdin"])
+            prog["stdin"] = -1
+        elif kind == b"K" and prog is not None and prog["done"] is None:
+            if self.server:
+                try:
+                    self.ctl.send(b"K")
+                except OSError:
+                    pass
+            else:
+                self.stop_runner(b"killed")
+
+    def forward(self, fd, kind):
+        # One read of a program's pipe, sent on as a frame; False at its end.
+        view = memoryview(self.buf)
+        try:
+            n = os.readv(fd, [view])
+        except BlockingIOError:
+            view.release()
+            return True
+        except OSError:
+            n = 0
+        if n:
+            _write_all(kind + struct.pack(">I", n))
+            _write_all(view[:n])
+            view[:n] = bytes(n)
+        view.release()
+        return n > 0
 
     def loop(self):
         while True:
             prog = self.prog
             readers = [0]
-            writers = []
             timeout = 1.0
             if self.server:
                 readers.append(self.ctl)
             if prog is not None:
                 readers += list(prog["outs"])
-                if prog["stdin"] >= 0 and (prog["pending"] or prog["eof"]):
-                    writers.append(prog["stdin"])
                 if prog["done"] is not None:
                     left = prog["done_at"] + 0.5 - time.monotonic()
                     if not prog["outs"] or left <= 0:
@@ -296,26 +352,10 @@ class Relay:
                         timeout = min(timeout, 0.02)
                     else:
                         readers.append(prog["pidfd"])
-            ready_r, ready_w, _ = select.select(readers, writers, [], timeout)
-            for fd in ready_w:
-                if prog["pending"]:
-                    try:
-                        n = os.write(fd, prog["pending"][:65536])
-                        prog["pending"] = prog["pending"][n:]
-                    except BlockingIOError:
-                        pass
-                    except OSError:
-                        prog["pending"] = b""
-                if not prog["pending"] and prog["eof"]:
-                    os.close(fd)
-                    prog["stdin"] = -1
+            ready_r = select.select(readers, [], [], timeout)[0]
             for fd in ready_r:
                 if fd == 0:
-                    try:
-                        data = os.read(0, 1 << 16)
-                    except OSError:
-                        data = b""
-                    self.on_host(data)
+                    self.on_host()
                 elif fd is self.ctl:
                     try:
                         msg = self.ctl.recv(256)
@@ -326,15 +366,7 @@ class Relay:
                         prog["done"] = parts
                         prog["done_at"] = time.monotonic()
                 elif prog is not None and fd in prog["outs"]:
-                    try:
-                        data = os.read(fd, 1 << 16)
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        data = b""
-                    if data:
-                        _send(prog["outs"][fd], data)
-                    else:
+                    if not self.forward(fd, prog["outs"][fd]):
                         del prog["outs"][fd]
                         os.close(fd)
             prog = self.prog
