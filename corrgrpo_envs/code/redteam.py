@@ -353,7 +353,7 @@ print(json.dumps({{"seen": "\\n".join(seen), "readable": readable, "wrote": wrot
 def _syscall(name: str) -> int | None:
     try:
         import pyseccomp
-    except (ImportError, OSError):
+    except (ImportError, OSError, RuntimeError):  # (RuntimeError: libseccomp is missing)
         return None
     return int(pyseccomp.resolve_syscall(pyseccomp.system_arch(), name))
 
