@@ -13,7 +13,10 @@ import pytest
 from corrgrpo_envs.sandbox import Limits, SandboxUnavailable, make_sandbox
 from corrgrpo_envs.sandbox.docker import docker_available
 
-pyseccomp = pytest.importorskip("pyseccomp", reason="the key tests name system calls by number")
+try:
+    import pyseccomp
+except (ImportError, OSError, RuntimeError) as exc:  # (RuntimeError: libseccomp is missing)
+    pytest.skip(f"the key tests name system calls by number, with pyseccomp and libseccomp: {exc}", allow_module_level=True)
 
 LIMITS = Limits(timeout=5.0, memory_mb=256)
 _ARCH = pyseccomp.system_arch()

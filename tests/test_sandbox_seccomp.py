@@ -10,7 +10,10 @@ from corrgrpo_envs.sandbox import Limits, SandboxUnavailable, make_sandbox
 from corrgrpo_envs.sandbox.docker import docker_available
 from corrgrpo_envs.sandbox.seccomp import DENIED, seccomp_unavailable_reason
 
-pyseccomp = pytest.importorskip("pyseccomp", reason="the tests name system calls by number")
+try:
+    import pyseccomp
+except (ImportError, OSError, RuntimeError) as exc:  # (RuntimeError: libseccomp is missing)
+    pytest.skip(f"the tests name system calls by number, with pyseccomp and libseccomp: {exc}", allow_module_level=True)
 pytestmark = pytest.mark.skipif(bool(seccomp_unavailable_reason()),
                                 reason=f"no seccomp filter here: {seccomp_unavailable_reason()}")
 

@@ -215,7 +215,7 @@ def _clock_patching(target: Target) -> tuple[bool, str]:
     env = _code_env(target)
     rewards, info = env.score("add", _answer(_SLOW_ANSWER))
     if str(info.get("efficiency", "")).startswith("unavailable"):
-        return True, "efficiency is unavailable here (no control group counts CPU time)"
+        return True, f"no number to forge: efficiency is {info['efficiency']}"
     return rewards["correct"] == 1.0 and rewards["efficiency"] == 0.0, \
         f"efficiency={rewards['efficiency']:.2f}, cpu {info.get('exec_seconds')} s " \
         f"vs reference {info.get('reference_seconds')} s"
@@ -353,7 +353,7 @@ print(json.dumps({{"seen": "\\n".join(seen), "readable": readable, "wrote": wrot
 def _syscall(name: str) -> int | None:
     try:
         import pyseccomp
-    except (ImportError, OSError):
+    except (ImportError, OSError, RuntimeError):  # (RuntimeError: libseccomp is missing)
         return None
     return int(pyseccomp.resolve_syscall(pyseccomp.system_arch(), name))
 

@@ -722,9 +722,10 @@ def _corrgrpo_kernel_settled(uid, start, time):
     # 60 ms) and its sockets asynchronously, so the keyrings of the last few programs may
     # still be counted. A key that outlives its program needs a keyring of the uid that
     # outlives it too: the user and user-session keyrings ("_uid.<uid>", "_uid_ses.<uid>",
-    # 2 keys, 26 bytes or more) or the persistent one ("_persistent.<uid>", 18 bytes or
-    # more), more than three session keyrings' bytes. So up to that much is waited for
-    # only when exceeded; anything more half a second later makes the server quit.
+    # 2 keys, 26 bytes for uid 65534) or the persistent one ("_persistent.<uid>", 18 bytes
+    # for uid 65534, more for larger uids), more than three session keyrings' bytes. So up
+    # to that much counts as settled; beyond it the server waits, and anything more half a
+    # second later makes it quit.
     deadline = time.monotonic() + 0.5
     while True:
         keys, sockets = _corrgrpo_kernel_state(uid)

@@ -66,7 +66,7 @@ def syscall_numbers() -> dict[str, int]:
     the runner then uses its own table for x86_64, aarch64 and riscv64)."""
     try:
         import pyseccomp
-    except (ImportError, OSError):  # the bindings, or libseccomp itself, are missing
+    except (ImportError, OSError, RuntimeError):  # the bindings, or libseccomp itself, missing
         return {}
     arch = pyseccomp.system_arch()
     return {name: int(pyseccomp.resolve_syscall(arch, name)) for name in RUNNER_SYSCALLS}
@@ -76,7 +76,7 @@ def syscall_numbers() -> dict[str, int]:
 def _build() -> tuple[bytes, str]:
     try:
         import pyseccomp
-    except (ImportError, OSError) as exc:
+    except (ImportError, OSError, RuntimeError) as exc:
         return b"", (f"the pyseccomp bindings or libseccomp are missing ({exc}); "
                      "pip install pyseccomp, apt-get install libseccomp2")
     deny, nosys = pyseccomp.ERRNO(errno.EPERM), pyseccomp.ERRNO(errno.ENOSYS)
