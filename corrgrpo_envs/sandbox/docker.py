@@ -313,8 +313,13 @@ class DockerSandbox(ForkingSandbox):
         return result
 
     def close(self) -> None:
-        """Remove the fork servers' containers (a later run starts new ones)."""
+        """Remove the fork servers' containers and drop the engine connections (a later run
+        starts new ones)."""
         super().close()
+        with self._client_lock:
+            client, self._client_obj = self._client_obj, None
+        if client is not None:
+            client.close()
 
     _lock_names = (*ForkingSandbox._lock_names, "_client_lock")
 
