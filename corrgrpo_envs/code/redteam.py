@@ -32,7 +32,7 @@ __all__ = ["ATTACKS", "AttackClass", "Outcome", "Target", "register", "register_
            "run_attacks"]
 
 #: Limits of the sandbox the attacks run in (small, so that bombs end fast).
-LIMITS = Limits(timeout=4.0, memory_mb=256, file_size_mb=4, processes=32, output_bytes=1 << 16)
+LIMITS = Limits(timeout=2.0, memory_mb=256, file_size_mb=4, processes=32, output_bytes=1 << 16)
 
 
 @dataclass
