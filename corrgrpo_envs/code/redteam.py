@@ -7,7 +7,7 @@ training on it. An attack class is a name, a description and a function that
 runs it against a :class:`Target` (the backend's sandbox, a scratch folder) and
 returns ``(held, detail)``. Add one with :func:`register`; a probe that needs no
 sandbox (``probe_<name>() -> (held, detail)``, e.g. of a host-side judge) goes
-in with :func:`register_probe`.
+in with :func:`register_probe`, or all of a module's with :func:`register_probes`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from corrgrpo_envs.sandbox import Limits, Sandbox, make_sandbox
 
 __all__ = ["ATTACKS", "AttackClass", "Outcome", "Target", "register", "register_probe",
-           "run_attacks"]
+           "register_probes", "run_attacks"]
 
 #: Limits of the sandbox the attacks run in (small, so that bombs end fast).
 LIMITS = Limits(timeout=2.0, memory_mb=256, file_size_mb=4, processes=32, output_bytes=1 << 16)
@@ -81,6 +81,20 @@ def register(name: str, description: str) -> Callable[[Callable[[Target], tuple[
 def register_probe(name: str, description: str, probe: Callable[[], tuple[bool, str]]) -> None:
     """Add a probe that needs no sandbox (``probe() -> (held, detail)``) as an attack class."""
     register(name, description)(lambda target: probe())
+
+
+def register_probes(module: object, prefix: str = "probe_") -> list[str]:
+    """Register every function ``<prefix><name>() -> (held, detail)`` of ``module`` as attack
+    class ``<name>`` (its docstring's first line is the description); returns the names."""
+    names = []
+    for attr in sorted(vars(module)):
+        probe = getattr(module, attr)
+        if attr.startswith(prefix) and callable(probe):
+            name = attr[len(prefix):]
+            doc = (getattr(probe, "__doc__", None) or name).strip().splitlines()[0]
+            register_probe(name, doc, probe)
+            names.append(name)
+    return names
 
 
 def run_attacks(backend: str = "auto", names: Iterable[str] | None = None,
