@@ -89,10 +89,12 @@ def test_hiding_work_in_children_daemons_or_threads_never_lowers_cpu_time(sandbo
             assert sandbox.run(_program(place, 1_500_000, 0.6)).cpu_seconds is None
         return
     assert main.cpu_seconds >= 0.05
+    # Hidden work counted about 5 % of the honest time where it could be hidden; half of it
+    # leaves room for the noise of a loaded machine.
     for place in PLACES:
         hidden = sandbox.run(_program(place, 1_500_000, main.cpu_seconds * 4 + 0.2))
         assert hidden.status == "ok", (place, hidden.stderr)
-        assert hidden.cpu_seconds is not None and hidden.cpu_seconds >= 0.7 * main.cpu_seconds, (
+        assert hidden.cpu_seconds is not None and hidden.cpu_seconds >= 0.5 * main.cpu_seconds, (
             place, hidden.cpu_seconds, main.cpu_seconds)
 
 
@@ -131,7 +133,7 @@ def test_cgroup_v1_cpuacct_counts_too(monkeypatch, reuse):
         hidden = box.run(_program("auto_reaped_child", 1_500_000, 1.0))
     assert main.status == hidden.status == "ok", (main.stderr, hidden.stderr)
     assert main.cpu_seconds is not None and main.cpu_seconds >= 0.05
-    assert hidden.cpu_seconds is not None and hidden.cpu_seconds >= 0.7 * main.cpu_seconds
+    assert hidden.cpu_seconds is not None and hidden.cpu_seconds >= 0.5 * main.cpu_seconds
 
 
 def test_cgroup_v2_is_what_counts_on_this_machine():

@@ -273,11 +273,13 @@ def _hidden_cpu(target: Target) -> tuple[bool, str]:
             raise RuntimeError(f"{place}: {result.status} {result.stderr[-200:]}")
         return result.cpu_seconds
 
-    main = cpu("main", 0.0)
-    if main is None:
+    first = cpu("main", 0.0)
+    if first is None:
         return True, "no CPU time is reported here (efficiency is unavailable, not forgeable)"
+    main = min(first, cpu("main", 0.0) or first)  # the honest time, at its least noisy
     seen = {place: cpu(place, 4 * main + 0.2) for place in _HIDDEN if place != "main"}
-    hidden = {p: t for p, t in seen.items() if t is None or t < 0.7 * main}
+    # (hiding worked out to about 5 % of the honest time where it could be done)
+    hidden = {p: t for p, t in seen.items() if t is None or t < 0.5 * main}
     detail = ", ".join(f"{p} {t if t is None else round(t, 3)} s" for p, t in seen.items())
     return not hidden, f"main {main:.3f} s; {detail}"
 
@@ -477,3 +479,21 @@ def _nested_capabilities(target: Target) -> tuple[bool, str]:
     out = ast.literal_eval(result.stdout.strip())
     allowed = sorted(name for name, code in out.items() if code != "EPERM")
     return not allowed, "every call got EPERM" if not allowed else f"not denied: {allowed} ({out})"
+
+
+@register("foreign_abi", "makes unshare(CLONE_NEWUSER) through the i386 system-call ABI "
+          "(int 0x80), whose numbers a filter written for x86_64's would not match")
+def _foreign_abi(target: Target) -> tuple[bool, str]:
+    if os.uname().machine != "x86_64":
+        return True, f"no i386 ABI to try on {os.uname().machine}"
+    program = textwrap.dedent('''
+    import ctypes, mmap
+    # push rbx; mov eax, 310 (i386 unshare); mov ebx, CLONE_NEWUSER; int 0x80; pop rbx; ret
+    code = bytes.fromhex("53b836010000bb00000010cd805bc3")
+    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(code)
+    print("unshare", ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))())
+    ''')
+    result = target.sandbox.run(program)
+    got_through = "unshare 0" in result.stdout
+    return not got_through, f"status {result.status}; {result.stdout.strip() or 'no output'}"
