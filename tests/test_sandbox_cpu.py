@@ -179,8 +179,9 @@ def test_an_answer_that_hides_its_work_in_a_child_gets_no_efficiency(tmp_path):
         env.close()
     assert r_honest["correct"] == r_hidden["correct"] == 1.0, (i_honest, i_hidden)
     if cgroups.cpu_accounting():
-        assert r_hidden["efficiency"] <= r_honest["efficiency"] + 0.25, (i_honest, i_hidden)
-        assert r_hidden["efficiency"] < 0.3, i_hidden
+        # (the same answer scored 0.88-0.98 when a rusage timed it; noise stays well below)
+        assert r_hidden["efficiency"] <= r_honest["efficiency"] + 0.4, (i_honest, i_hidden)
+        assert r_hidden["efficiency"] < 0.5, i_hidden
     else:
         assert i_hidden["efficiency"].startswith("unavailable"), i_hidden
 
