@@ -265,7 +265,7 @@ with ThreadPoolExecutor(4) as pool:
 
 
 @register("hidden_cpu_time", "does the same work in an auto-reaped child, a double-forked daemon "
-          "and a thread pool, expecting less counted CPU time than in the main process")
+          "and a thread pool, hoping for less counted CPU time than in the main process")
 def _hidden_cpu(target: Target) -> tuple[bool, str]:
     def cpu(place: str, sleep: float) -> float | None:
         result = target.sandbox.run(_WORK + f"N, T = 1000000, {sleep}\n" + textwrap.dedent(_HIDDEN[place]))
