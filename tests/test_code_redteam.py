@@ -64,6 +64,26 @@ def test_a_broken_or_failing_class_makes_the_command_fail(capsys, monkeypatch):
     assert out[-1] == "2 of 4 attack classes held; broken: always_broken, always_failing"
 
 
+def test_a_modules_probe_functions_become_classes(monkeypatch):
+    import types
+
+    monkeypatch.setattr(redteam, "ATTACKS", list(redteam.ATTACKS))
+    module = types.ModuleType("probes")
+
+    def probe_judge_bound():
+        """A huge record is rejected within the bound.
+
+        More words."""
+        return True, "rejected in 0.01 s"
+
+    module.probe_judge_bound = probe_judge_bound
+    module.helper = lambda: (False, "not a probe")
+    assert redteam.register_probes(module) == ["judge_bound"]
+    (attack,) = [a for a in redteam.ATTACKS if a.name == "judge_bound"]
+    assert attack.description == "A huge record is rejected within the bound."
+    assert attack.run(None) == (True, "rejected in 0.01 s")
+
+
 def test_unknown_classes_are_named():
     with pytest.raises(ValueError, match="unknown attack classes"):
         redteam.run_attacks("process", ["no_such_attack"])

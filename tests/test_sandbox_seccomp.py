@@ -137,3 +137,21 @@ print("fine")
 '''
     result = sandbox.run(program)
     assert result.status == "ok" and result.stdout.strip() == "fine", result.stderr
+
+
+@pytest.mark.skipif(__import__("os").uname().machine != "x86_64", reason="i386 system calls: x86_64 only")
+def test_a_system_call_of_another_abi_kills_the_program(sandbox):
+    """``int 0x80`` (the i386 ABI, where the numbers differ) would slip past a filter on x86_64's
+    numbers: libseccomp's architecture check kills the process instead."""
+    program = '''
+import ctypes, mmap
+code = b"\\xb8\\x14\\x00\\x00\\x00\\xcd\\x80\\xc3"  # mov eax, 20 (getpid); int 0x80; ret
+page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(code)
+address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+print("pid", ctypes.CFUNCTYPE(ctypes.c_int)(address)())
+'''
+    result = sandbox.run(program)
+    # (a fresh bwrap or docker run reports the signal as an exit code of its wrapper)
+    assert result.status in ("killed:SIGSYS", "killed"), (result.status, result.stderr)
+    assert "pid" not in result.stdout

@@ -7,7 +7,7 @@ training on it. An attack class is a name, a description and a function that
 runs it against a :class:`Target` (the backend's sandbox, a scratch folder) and
 returns ``(held, detail)``. Add one with :func:`register`; a probe that needs no
 sandbox (``probe_<name>() -> (held, detail)``, e.g. of a host-side judge) goes
-in with :func:`register_probe`.
+in with :func:`register_probe`, or all of a module's with :func:`register_probes`.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from pathlib import Path
 from corrgrpo_envs.sandbox import Limits, Sandbox, make_sandbox
 
 __all__ = ["ATTACKS", "AttackClass", "Outcome", "Target", "register", "register_probe",
-           "run_attacks"]
+           "register_probes", "run_attacks"]
 
 #: Limits of the sandbox the attacks run in (small, so that bombs end fast).
-LIMITS = Limits(timeout=4.0, memory_mb=256, file_size_mb=4, processes=32, output_bytes=1 << 16)
+LIMITS = Limits(timeout=2.0, memory_mb=256, file_size_mb=4, processes=32, output_bytes=1 << 16)
 
 
 @dataclass
@@ -81,6 +81,20 @@ def register(name: str, description: str) -> Callable[[Callable[[Target], tuple[
 def register_probe(name: str, description: str, probe: Callable[[], tuple[bool, str]]) -> None:
     """Add a probe that needs no sandbox (``probe() -> (held, detail)``) as an attack class."""
     register(name, description)(lambda target: probe())
+
+
+def register_probes(module: object, prefix: str = "probe_") -> list[str]:
+    """Register every function ``<prefix><name>() -> (held, detail)`` of ``module`` as attack
+    class ``<name>`` (its docstring's first line is the description); returns the names."""
+    names = []
+    for attr in sorted(vars(module)):
+        probe = getattr(module, attr)
+        if attr.startswith(prefix) and callable(probe):
+            name = attr[len(prefix):]
+            doc = (getattr(probe, "__doc__", None) or name).strip().splitlines()[0]
+            register_probe(name, doc, probe)
+            names.append(name)
+    return names
 
 
 def run_attacks(backend: str = "auto", names: Iterable[str] | None = None,
@@ -251,7 +265,7 @@ with ThreadPoolExecutor(4) as pool:
 
 
 @register("hidden_cpu_time", "does the same work in an auto-reaped child, a double-forked daemon "
-          "and a thread pool, expecting less counted CPU time than in the main process")
+          "and a thread pool, hoping for less counted CPU time than in the main process")
 def _hidden_cpu(target: Target) -> tuple[bool, str]:
     def cpu(place: str, sleep: float) -> float | None:
         result = target.sandbox.run(_WORK + f"N, T = 1000000, {sleep}\n" + textwrap.dedent(_HIDDEN[place]))
@@ -259,11 +273,13 @@ def _hidden_cpu(target: Target) -> tuple[bool, str]:
             raise RuntimeError(f"{place}: {result.status} {result.stderr[-200:]}")
         return result.cpu_seconds
 
-    main = cpu("main", 0.0)
-    if main is None:
+    first = cpu("main", 0.0)
+    if first is None:
         return True, "no CPU time is reported here (efficiency is unavailable, not forgeable)"
+    main = min(first, cpu("main", 0.0) or first)  # the honest time, at its least noisy
     seen = {place: cpu(place, 4 * main + 0.2) for place in _HIDDEN if place != "main"}
-    hidden = {p: t for p, t in seen.items() if t is None or t < 0.7 * main}
+    # (hiding worked out to about 5 % of the honest time where it could be done)
+    hidden = {p: t for p, t in seen.items() if t is None or t < 0.5 * main}
     detail = ", ".join(f"{p} {t if t is None else round(t, 3)} s" for p, t in seen.items())
     return not hidden, f"main {main:.3f} s; {detail}"
 
@@ -463,3 +479,21 @@ def _nested_capabilities(target: Target) -> tuple[bool, str]:
     out = ast.literal_eval(result.stdout.strip())
     allowed = sorted(name for name, code in out.items() if code != "EPERM")
     return not allowed, "every call got EPERM" if not allowed else f"not denied: {allowed} ({out})"
+
+
+@register("foreign_abi", "makes unshare(CLONE_NEWUSER) through the i386 system-call ABI "
+          "(int 0x80), whose numbers a filter written for x86_64's would not match")
+def _foreign_abi(target: Target) -> tuple[bool, str]:
+    if os.uname().machine != "x86_64":
+        return True, f"no i386 ABI to try on {os.uname().machine}"
+    program = textwrap.dedent('''
+    import ctypes, mmap
+    # push rbx; mov eax, 310 (i386 unshare); mov ebx, CLONE_NEWUSER; int 0x80; pop rbx; ret
+    code = bytes.fromhex("53b836010000bb00000010cd805bc3")
+    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(code)
+    print("unshare", ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))())
+    ''')
+    result = target.sandbox.run(program)
+    got_through = "unshare 0" in result.stdout
+    return not got_through, f"status {result.status}; {result.stdout.strip() or 'no output'}"

@@ -7,7 +7,8 @@ classic BPF program (:func:`program_filter`) that it installs with
 ``prctl(PR_SET_SECCOMP)`` right before the program starts, after its own set-up
 (mounts, namespaces, keyring, uid, capabilities). Both come from libseccomp
 through the ``pyseccomp`` bindings, so the numbers, the architecture check and
-the rejection of foreign system-call ABIs are libseccomp's for this machine.
+the rejection of foreign system-call ABIs (the process is killed) are libseccomp's
+for this machine.
 
 The filter returns ``EPERM`` for every entry of :data:`DENIED` (``clone3`` gets
 ``ENOSYS``: its flags live in memory a filter cannot read, and C libraries fall
@@ -84,6 +85,8 @@ def _build() -> tuple[bytes, str]:
     new_user = pyseccomp.Arg(0, pyseccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)
     filt = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
     try:
+        # a system call of another ABI (i386's int 0x80, x32) ends the whole program
+        filt.set_attr(pyseccomp.Attr.ACT_BADARCH, pyseccomp.KILL_PROCESS)
         for name in DENIED:
             if name == "unshare":
                 filt.add_rule(deny, name, new_user)
