@@ -111,9 +111,10 @@ def _engine_error(engine: str, exc: BaseException) -> DockerEngineError:
     return DockerEngineError(engine, str(explanation), getattr(response, "status_code", None))
 
 
-def _client(base_url: str | None):
+def _client(base_url: str | None, timeout: float = 120):
     """A ``docker.DockerClient`` for the engine (``DOCKER_HOST`` and friends when no
-    ``base_url``); raises :class:`SandboxUnavailable` with what to do."""
+    ``base_url``) whose requests wait at most ``timeout`` seconds; raises
+    :class:`SandboxUnavailable` with what to do."""
     try:
         import docker
     except ImportError as exc:
@@ -121,8 +122,8 @@ def _client(base_url: str | None):
             "the Docker SDK for Python is not installed: pip install 'corrgrpo[docker]'") from exc
     try:
         if base_url:
-            return docker.DockerClient(base_url=base_url, timeout=120, max_pool_size=64)
-        return docker.from_env(timeout=120, max_pool_size=64)
+            return docker.DockerClient(base_url=base_url, timeout=timeout, max_pool_size=64)
+        return docker.from_env(timeout=timeout, max_pool_size=64)
     except docker.errors.DockerException as exc:
         raise _engine_error(engine_address(base_url), exc) from exc
 
@@ -142,7 +143,7 @@ def docker_available(image: str | None = None, base_url: str | None = None) -> t
 def _check(image: str, base_url: str | None) -> tuple[bool, str]:
     engine = engine_address(base_url)
     try:
-        client = _client(base_url)
+        client = _client(base_url, timeout=15)  # (an engine that does not answer: soon said)
     except SandboxUnavailable as exc:
         return False, f"{exc}; {_HOW_TO}"
     import docker
