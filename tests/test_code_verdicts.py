@@ -258,7 +258,10 @@ def test_every_attack_scores_zero_and_references_pass(sandbox, files, kind, tmp_
         assert rewards["correct"] == 1.0 and info["status"] == "ok", (name, info)
     slow, info = results["slow_right_patched_clocks"]
     assert slow["correct"] == 1.0 and slow["efficiency"] == 0.0, info
-    assert info["exec_seconds"] > info["reference_seconds"] and info["exec_seconds"] >= 0.3, info
+    if str(info.get("efficiency", "")).startswith("unavailable"):  # no CPU time: no number at all
+        assert info["exec_seconds"] is None, info
+    else:
+        assert info["exec_seconds"] > info["reference_seconds"] and info["exec_seconds"] >= 0.3, info
     for name in ATTACKS:
         rewards, info = results[name]
         assert rewards["correct"] == 0.0 and rewards["efficiency"] == 0.0, (name, info)

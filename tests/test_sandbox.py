@@ -200,3 +200,5 @@ def test_code_sandboxes_command_says_what_runs_and_why(capsys):
     assert any(line.startswith("auto     -> ") for line in out)
     assert any(line.startswith("programs run as ") for line in out)
     assert any(line.startswith("per-sandbox memory and process caps: ") for line in out)
+    assert any(line.startswith("CPU time of a program (efficiency): ") for line in out)
+    assert any(line.startswith("seccomp filter: ") for line in out)

@@ -4,6 +4,8 @@
   cache every reference runtime (the ``efficiency`` reward's baseline), with a
   progress bar; already cached references are skipped.
 * ``corrgrpo code sandboxes``: which sandbox backends work on this machine.
+* ``corrgrpo code redteam [--backend B]``: every known attack class against this
+  machine's sandbox, ``held`` or ``BROKEN`` each (exit status 1 when one is broken).
 """
 
 from __future__ import annotations
@@ -26,9 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pre.add_argument("--cache-dir", default=None, help="cache root (default $CORRGRPO_CODE_REFS or ~/.cache)")
     pre.add_argument("--limit", type=int, default=None, help="only the first N tasks")
     sub.add_parser("sandboxes", help="which sandbox backends work here")
+    red = sub.add_parser("redteam", help="run every known attack against this machine's sandbox")
+    red.add_argument("--backend", default="auto", help="auto, process, bwrap or docker")
+    red.add_argument("--only", nargs="+", default=None, metavar="NAME", help="these attack classes")
+    red.add_argument("--list", action="store_true", help="list the attack classes and exit")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.code_command == "redteam":
+        return _redteam(args)
     if args.code_command == "sandboxes":
         from corrgrpo_envs.sandbox import available_backends
         from corrgrpo_envs.sandbox.hostuser import host_is_root
@@ -47,8 +55,39 @@ def run(args: argparse.Namespace) -> int:
         print("per-sandbox memory and process caps: " + (
             "a control group per sandbox" if not groups else
             f"RLIMIT_NPROC x RLIMIT_AS per uid (no control group: {groups})"))
+        from corrgrpo_envs.sandbox.cgroups import cpu_accounting, cpu_unavailable_reason
+
+        accounting = cpu_accounting()
+        print("CPU time of a program (efficiency): " + (
+            f"its control group ({accounting})" if accounting else
+            f"unavailable, efficiency is not scored ({cpu_unavailable_reason()})"))
+        from corrgrpo_envs.sandbox.seccomp import DENIED, seccomp_unavailable_reason
+
+        reason = seccomp_unavailable_reason()
+        print("seccomp filter: " + (f"{len(DENIED)} system calls denied (docs/code.md)" if not reason
+                                    else f"none, programs may make every system call ({reason})"))
         return 0
     return _precompute(args)
+
+
+def _redteam(args: argparse.Namespace) -> int:
+    """Print ``held``/``broken`` per attack class; 1 when any is broken."""
+    from corrgrpo_envs.code.redteam import ATTACKS, run_attacks
+
+    if args.list:
+        for attack in ATTACKS:
+            print(f"{attack.name:22s} {attack.description}")
+        return 0
+
+    def show(outcome) -> None:
+        print(f"{'held' if outcome.held else 'BROKEN':7s} {outcome.name:22s} "
+              f"{outcome.seconds:5.1f} s  {outcome.detail}", flush=True)
+
+    outcomes = run_attacks(args.backend, args.only, on_outcome=show)
+    broken = [o.name for o in outcomes if not o.held]
+    print(f"{len(outcomes) - len(broken)} of {len(outcomes)} attack classes held"
+          + (f"; broken: {', '.join(broken)}" if broken else ""))
+    return 1 if broken else 0
 
 
 def _precompute(args: argparse.Namespace) -> int:

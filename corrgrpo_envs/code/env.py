@@ -27,6 +27,7 @@ from corrgrpo_envs.code.verdicts import Verdicts, candidate_program, measured_se
 from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
 from corrgrpo_envs.metrics import EpisodeRecord
 from corrgrpo_envs.sandbox import Limits, Sandbox, SandboxPool, make_sandbox
+from corrgrpo_envs.sandbox.cgroups import cpu_unavailable_reason
 from corrgrpo_envs.tasks import Task
 
 __all__ = ["CodeEnv", "EFFICIENCY_MODES"]
@@ -283,7 +284,11 @@ class CodeEnv(MultiRewardEnv):
         rewards["correct"] = float(passed)
         seconds = measured_seconds(result)
         info.update(status=status, exec_seconds=seconds, judge_cpu_seconds=judge_seconds)
-        if passed and self.efficiency_mode != "off":
+        if passed and self.efficiency_mode != "off" and seconds is None:
+            # No control group counts the program's CPU time here: no number it could forge.
+            info["efficiency"] = "unavailable: " + (cpu_unavailable_reason()
+                                                    or f"the {result.backend} backend reports none")
+        elif passed and self.efficiency_mode != "off":
             t_ref = None
             if plan.passed:
                 program = self.reference_program(task)

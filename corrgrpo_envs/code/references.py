@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from corrgrpo_envs.sandbox import Limits, RunResult, Sandbox
+from corrgrpo_envs.sandbox.cgroups import cpu_accounting
 
 __all__ = ["ReferenceTimes", "default_cache_dir", "machine_hash", "measured_seconds", "timing_kind",
            "CACHE_ENV_VAR"]
@@ -46,15 +47,18 @@ def machine_hash(backend: str = "") -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
-def measured_seconds(result: RunResult) -> float:
-    """A run's time: the CPU time the kernel counted for its processes, else the host's wall time."""
-    return result.cpu_seconds if result.cpu_seconds is not None else result.wall_seconds
+def measured_seconds(result: RunResult) -> float | None:
+    """A run's time: the CPU time the kernel counted in the control group of its processes;
+    ``None`` where the sandbox has no such group (then efficiency is unavailable: the host's
+    wall time or a rusage is a number the program can lower, with parallel processes or a
+    child whose CPU time the kernel never adds to its parent's)."""
+    return result.cpu_seconds
 
 
 def timing_kind(sandbox: Sandbox) -> str:
     """What a measured time depends on besides the machine: backend, reuse mode, clock."""
     forking = bool(getattr(sandbox, "forking", False))
-    clock = "cpu" if forking or sandbox.fresh_cpu_visible else "wall"
+    clock = (cpu_accounting() or "none") if forking or sandbox.fresh_cpu_visible else "none"
     return f"{sandbox.name}:{'fork' if forking else 'fresh'}:{clock}:calls-v1"
 
 
@@ -96,7 +100,8 @@ class ReferenceTimes:
         return record
 
     def seconds(self, program: str, task_id: str = "", limits: Limits | None = None) -> float | None:
-        """The reference's mean runtime, measured now if not cached; ``None`` if it fails its tests."""
+        """The reference's mean runtime, measured now if not cached; ``None`` if it fails its tests
+        or its CPU time is unavailable here."""
         key = self.key(program)
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
@@ -115,9 +120,13 @@ class ReferenceTimes:
                 passed = False
                 break
             times.append(measured_seconds(result))
+        timed = [t for t in times if t is not None]
+        if passed and len(timed) < len(times):  # no CPU time here: nothing to cache
+            return {"task_id": task_id, "passed": True, "runs": len(times), "seconds": None,
+                    "backend": self.sandbox.name}
         record = {
-            "task_id": task_id, "passed": passed, "runs": len(times),
-            "seconds": sum(times) / len(times) if times else 0.0, "backend": self.sandbox.name,
+            "task_id": task_id, "passed": passed, "runs": len(timed),
+            "seconds": sum(timed) / len(timed) if timed else 0.0, "backend": self.sandbox.name,
         }
         self._store(self.key(program), record)
         return record

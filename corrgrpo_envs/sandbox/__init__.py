@@ -8,7 +8,8 @@ One interface (:class:`Sandbox.run` -> :class:`RunResult`), three backends:
   resource limits and a wall timeout that kills the process group (degrades to
   limits only where namespaces are unavailable);
 * ``bwrap``: the same interpreter inside bubblewrap, as an unprivileged user;
-* ``docker``: a warm pool of containers without network (needs an engine).
+* ``docker``: containers without network, through the Docker SDK (needs an engine,
+  local or named by ``DOCKER_HOST``).
 
 ``process`` and ``bwrap`` reuse interpreters by default (``reuse="auto"``): one
 long-lived sandbox per worker with a fork server inside that forks a child per

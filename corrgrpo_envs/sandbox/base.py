@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from corrgrpo_envs.sandbox.calls import channel_text
 from corrgrpo_envs.sandbox.runner import RUNNER_SOURCE
+from corrgrpo_envs.sandbox.seccomp import program_filter, syscall_numbers
 
 __all__ = ["Limits", "RunResult", "Sandbox", "SandboxUnavailable", "MINIMAL_ENV"]
 
@@ -91,9 +92,9 @@ class RunResult:
     without reporting, e.g. by a signal or ``os._exit``) or ``sandbox_error``.
     ``exec_seconds`` is the time the runner measured inside the program (the
     program can change it: informational only); ``cpu_seconds`` is the CPU time
-    (user + system) of the program's processes as the kernel counted it, read
-    outside the program (the fork server's or the host's ``rusage`` of its
-    children), ``None`` where the backend cannot see it (docker);
+    (user + system) of every process the program started, as the kernel counted
+    it in the control group the program runs in (read outside the program),
+    ``None`` where no such group is possible here or the backend cannot read it;
     ``wall_seconds`` is the host's view of the whole run. ``channel`` is the raw
     text of the status channel (the runner's status line and, for programs that
     ask for calls, one record per call: :mod:`corrgrpo_envs.sandbox.calls`).
@@ -129,9 +130,12 @@ class Sandbox(ABC):
     """
 
     name: str = "abstract"
-    #: Whether the kernel's CPU time of the process a fresh run starts covers the program
-    #: (its wrapper reaps the interpreter); if not, fresh runs report ``cpu_seconds=None``.
+    #: Whether fresh runs get ``cpu_seconds`` (from a control group per run, where this host
+    #: can make one: :func:`~corrgrpo_envs.sandbox.cgroups.cpu_accounting`).
     fresh_cpu_visible: bool = True
+    #: Whether programs run under the seccomp filter (:mod:`corrgrpo_envs.sandbox.seccomp`);
+    #: turn it off on an instance only to test the other layers.
+    seccomp: bool = True
 
     def __init__(self, limits: Limits | None = None, python: str | None = None,
                  paths: list[str] | None = None, hide: list[str] | None = None):
@@ -163,7 +167,8 @@ class Sandbox(ABC):
 
     # ------------------------------------------------------------ helpers
     def _header(self, token: str, limits: Limits, **extra: object) -> dict:
-        header = {"token": token, "rlimits": limits.rlimits(), "paths": self.paths}
+        header = {"token": token, "rlimits": limits.rlimits(), "paths": self.paths,
+                  "syscalls": syscall_numbers(), "seccomp": program_filter() if self.seccomp else None}
         header.update(extra)
         return header
 
@@ -212,9 +217,9 @@ class Sandbox(ABC):
             status = "killed"
             if proc.returncode is not None and proc.returncode < 0:
                 status = f"killed:{signal.Signals(-proc.returncode).name}"
+        # (``cpu_seconds`` comes from the run's control group, read by the backend: the rusage
+        # of the process started here misses descendants that were reaped automatically)
         return RunResult(status, stdout, stderr, exec_seconds, wall, proc.returncode, self.name,
-                         cpu_seconds=getattr(proc, "corrgrpo_cpu_seconds", None)
-                         if self.fresh_cpu_visible else None,
                          channel=channel_text(status_text, token))
 
 
@@ -316,22 +321,16 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _reap(proc: subprocess.Popen, block: bool) -> bool:
-    """Reap ``proc`` with ``wait4``, keeping its CPU time; True once it has ended.
-
-    The rusage of a reaped child includes every descendant it reaped in turn
-    (``unshare --fork`` and ``bwrap`` wait for the interpreter), and the kernel
-    counts it: the program cannot change it.
-    """
+    """Reap ``proc``; True once it has ended."""
     if proc.returncode is not None:
         return True
     try:
-        pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
+        pid, status = os.waitpid(proc.pid, 0 if block else os.WNOHANG)
     except ChildProcessError:  # reaped elsewhere: the time is unknown
         return proc.poll() is not None
     if pid == 0:
         return False
     proc.returncode = os.waitstatus_to_exitcode(status)
-    proc.corrgrpo_cpu_seconds = usage.ru_utime + usage.ru_stime  # type: ignore[attr-defined]
     return True
 
 

@@ -40,7 +40,12 @@ from corrgrpo_envs.sandbox.base import (
     new_token,
     runner_command,
 )
-from corrgrpo_envs.sandbox.cgroups import new_cgroup
+from corrgrpo_envs.sandbox.cgroups import (
+    PROGRAM_GROUP,
+    SERVER_CPU_MOUNT,
+    SandboxCgroup,
+    new_cgroup,
+)
 from corrgrpo_envs.sandbox.forkserver import ForkingSandbox
 from corrgrpo_envs.sandbox.hostuser import host_is_root, sandbox_uid
 from corrgrpo_envs.sandbox.process import PRIVATE_TMPFS, keep_visible
@@ -121,6 +126,19 @@ class BwrapSandbox(ForkingSandbox):
     def _server_prefix(self, limits: Limits) -> list[str]:
         return self._prefix(limits, fork=True)
 
+    def _server_launch(self, limits: Limits, group: SandboxCgroup | None) -> tuple[list[str], dict]:
+        """The server's bubblewrap, with its control group bound at ``SERVER_CPU_MOUNT`` and
+        handed to the host uid bubblewrap runs as (only the files moving a child takes)."""
+        uid = sandbox_uid() if host_is_root() else None
+        config = self._server_config(limits)
+        program = group.program_group(uid) if group is not None else None
+        cpu_bind = None
+        if program is not None and group is not None and group.cpu is not None:
+            cpu_bind = (str(group.cpu.folder), SERVER_CPU_MOUNT)
+            config.update(cpu_group=f"{SERVER_CPU_MOUNT}/{PROGRAM_GROUP}",
+                          cpu_file=program.usage_file, cpu_mount=SERVER_CPU_MOUNT)
+        return self._prefix(limits, fork=True, uid=uid, cpu_bind=cpu_bind), config
+
     def _server_config(self, limits: Limits) -> dict:
         """The server keeps what it needs to give each child fresh mount and IPC namespaces."""
         return {"drop_caps": True, "fresh_tmpfs": list(PRIVATE_TMPFS),
@@ -130,7 +148,8 @@ class BwrapSandbox(ForkingSandbox):
         """Folders the program must see under a fork child's fresh tmpfs (``/tmp``)."""
         return keep_visible(list(PRIVATE_TMPFS), self.python, self.paths)
 
-    def _prefix(self, limits: Limits, fork: bool) -> list[str]:
+    def _prefix(self, limits: Limits, fork: bool, uid: int | None = None,
+                cpu_bind: tuple[str, str] | None = None) -> list[str]:
         """``bwrap`` and its options (behind a root-only staging step as root): all before python.
 
         The new root holds only the allow-list view (:mod:`corrgrpo_envs.sandbox.view`),
@@ -172,6 +191,8 @@ class BwrapSandbox(ForkingSandbox):
         for _, options in sorted(steps, key=lambda s: s[0].split("/")):
             cmd += options
         cmd += ["--remount-ro", "/dev"]
+        if cpu_bind is not None:  # writable: the server moves each child into its sub-group
+            cmd += ["--bind", cpu_bind[0], cpu_bind[1]]
         for path in view.hide_dirs:
             cmd += ["--size", "4096", "--perms", "0755", "--tmpfs", path, "--remount-ro", path]
         for path in view.hide_files:  # (a nodev bind: the file cannot be opened at all)
@@ -193,7 +214,7 @@ class BwrapSandbox(ForkingSandbox):
         ]
         if not as_root:
             return cmd
-        return [*_root_staging(staging, staged, sandbox_uid()), *cmd]
+        return [*_root_staging(staging, staged, sandbox_uid() if uid is None else uid), *cmd]
 
     def run(self, program: str, limits: Limits | None = None) -> RunResult:
         limits = limits or self.limits
@@ -204,8 +225,10 @@ class BwrapSandbox(ForkingSandbox):
         header = self._header(new_token(), limits, cwd=SANDBOX_CWD)
         group = new_cgroup(limits, server=False)  # the whole sandbox's memory and process cap
         try:
-            return self._run_command([*(group.enter() if group else []), *self.command(limits)],
-                                     header, program, limits)
+            result = self._run_command([*(group.enter() if group else []), *self.command(limits)],
+                                       header, program, limits)
+            result.cpu_seconds = group.cpu_seconds() if group is not None else None
+            return result
         finally:
             if group is not None:
                 group.close()

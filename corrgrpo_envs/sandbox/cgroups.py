@@ -26,7 +26,16 @@ from pathlib import Path
 
 from corrgrpo_envs.sandbox.base import Limits, new_token
 
-__all__ = ["SandboxCgroup", "cgroup_unavailable_reason", "new_cgroup", "sandbox_memory_bytes"]
+__all__ = ["CpuGroup", "SandboxCgroup", "cgroup_unavailable_reason", "cpu_accounting",
+           "cpu_unavailable_reason", "new_cgroup", "sandbox_memory_bytes"]
+
+#: Where a fork server sees its sandbox's CPU group (bound there, writable); its programs run
+#: in the sub-group :data:`PROGRAM_GROUP` of it.
+SERVER_CPU_MOUNT = "/sys/fs/cgroup"
+
+#: Which hierarchies may count CPU time, in order of preference.
+CPU_HIERARCHIES = ("v2", "v1")
+PROGRAM_GROUP = "program"
 
 _ROOT = Path("/sys/fs/cgroup")
 _STATE: dict[str, object] = {}
@@ -40,11 +49,79 @@ def sandbox_memory_bytes(limits: Limits, server: bool) -> int:
     return (int(limits.memory_mb) + 3 * int(limits.file_size_mb) + overhead_mb) << 20
 
 
-class SandboxCgroup:
-    """One control group (a folder per hierarchy) with a memory and a process cap."""
+class CpuGroup:
+    """The folder of a control group that counts the CPU time of everything in it.
 
-    def __init__(self, folders: list[Path]):
+    cgroup v2: ``usage_usec`` of ``cpu.stat`` (every v2 group has it, with or without the cpu
+    controller); cgroup v1: ``cpuacct.usage`` (nanoseconds). A process cannot leave its group
+    without write access to the group files, and every descendant starts in its parent's
+    group, so the count covers children that are reaped automatically, daemons and threads.
+    """
+
+    def __init__(self, folder: Path, version: str):
+        self.folder = folder
+        self.version = version
+
+    @property
+    def usage_file(self) -> str:
+        """The file with the group's CPU time (``cpu.stat`` or ``cpuacct.usage``)."""
+        return "cpu.stat" if self.version == "v2" else "cpuacct.usage"
+
+    def nanoseconds(self) -> int:
+        """CPU time (user + system) of everything that ever ran in the group, in nanoseconds."""
+        return read_cpu_ns(self.folder / self.usage_file)
+
+
+def read_cpu_ns(path: Path) -> int:
+    """The CPU time in a ``cpu.stat`` (``usage_usec``) or ``cpuacct.usage`` file, in ns."""
+    text = path.read_text()
+    if path.name == "cpuacct.usage":
+        return int(text.strip())
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "usage_usec":
+            return int(value) * 1000
+    raise OSError(f"no usage_usec in {path}")
+
+
+class SandboxCgroup:
+    """One control group (a folder per hierarchy) with a memory and a process cap, and the group
+    that counts its CPU time (:attr:`cpu`, ``None`` where no hierarchy can)."""
+
+    def __init__(self, folders: list[Path], cpu: CpuGroup | None = None):
         self.folders = folders
+        self.cpu = cpu
+
+    def program_group(self, owner: int | None) -> CpuGroup | None:
+        """A sub-group of :attr:`cpu` for the programs of a fork server, which moves each child
+        there itself; ``owner`` (the host uid the server runs as, ``None`` for root) gets
+        write access to the files that takes. ``None`` without a CPU group."""
+        if self.cpu is None:
+            return None
+        folder = self.cpu.folder / PROGRAM_GROUP
+        try:
+            folder.mkdir(exist_ok=True)
+            if owner is not None:
+                for path in (self.cpu.folder, self.cpu.folder / "cgroup.procs", folder,
+                             folder / "cgroup.procs"):
+                    os.chown(path, owner, owner)
+        except OSError:
+            return None
+        return CpuGroup(folder, self.cpu.version)
+
+    def cpu_seconds(self) -> float | None:
+        """The CPU time of everything that ran in the group, once nothing runs there any more
+        (the rest is killed); ``None`` without a CPU group."""
+        if self.cpu is None:
+            return None
+        deadline = time.monotonic() + 5
+        while _members(self.cpu.folder) and time.monotonic() < deadline:
+            _kill_members(self.cpu.folder)
+            time.sleep(0.001)
+        try:
+            return self.cpu.nanoseconds() / 1e9
+        except (OSError, ValueError):
+            return None
 
     def enter(self) -> list[str]:
         """A command prefix that moves itself into the group, then runs the rest of the line."""
@@ -54,7 +131,8 @@ class SandboxCgroup:
     def close(self) -> None:
         """Remove the group (waits briefly for its last processes to be gone)."""
         deadline = time.monotonic() + 5
-        for folder in self.folders:
+        subgroups = [self.cpu.folder / PROGRAM_GROUP] if self.cpu is not None else []
+        for folder in [*subgroups, *self.folders]:
             while True:
                 try:
                     folder.rmdir()
@@ -66,6 +144,16 @@ class SandboxCgroup:
                         break
                     _kill_members(folder)
                     time.sleep(0.01)
+
+
+def _members(folder: Path) -> list[str]:
+    found = []
+    for group in [folder, *(p for p in folder.iterdir() if p.is_dir())]:
+        try:
+            found += (group / "cgroup.procs").read_text().split()
+        except OSError:
+            pass
+    return found
 
 
 def _kill_members(folder: Path) -> None:
@@ -134,6 +222,73 @@ def _detect() -> tuple[str, list[Path], str]:
     return "", [], "; ".join(reasons)
 
 
+def _mounts() -> list[tuple[str, str, list[str]]]:
+    """``(mount point, type, super options)`` of every cgroup file system."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rest = left.split(), right.split()
+        if len(rest) >= 3 and rest[0] in ("cgroup", "cgroup2"):
+            out.append((fields[4], rest[0], rest[2].split(",")))
+    return out
+
+
+def _cpu_bases(own: dict[str, str]) -> tuple[str, Path, str]:
+    """``(version, base, reason)`` of the hierarchy that counts CPU time: cgroup v2 first (a
+    unified hierarchy, even one without controllers: every v2 group has ``cpu.stat``), else the
+    v1 ``cpuacct`` one."""
+    reasons = []
+    try:
+        mounts = _mounts()
+    except OSError as exc:
+        return "", Path(), f"cannot read /proc/self/mountinfo ({exc})"
+    found = {"v2": [m for m in mounts if m[1] == "cgroup2"],
+             "v1": [m for m in mounts if m[1] == "cgroup" and "cpuacct" in m[2]]}
+    for point, kind, _ in [m for version in CPU_HIERARCHIES for m in found[version]]:
+        version = "v2" if kind == "cgroup2" else "v1"
+        path = own.get("" if version == "v2" else "cpuacct", "/")
+        base = Path(point) / path.lstrip("/") / "corrgrpo-cpu"
+        try:
+            base.mkdir(exist_ok=True)
+            probe = CpuGroup(base, version)
+            probe.nanoseconds()
+            return version, base, ""
+        except OSError as exc:
+            reasons.append(f"{kind} at {point}: {exc}")
+    return "", Path(), "; ".join(reasons) or "no cgroup2 or cgroup v1 cpuacct hierarchy is mounted"
+
+
+def _cpu_probe() -> tuple[str, Path, str]:
+    with _LOCK:
+        if "cpu" not in _STATE:
+            try:
+                version, base, reason = _cpu_bases(_own_paths())
+            except OSError as exc:
+                version, base, reason = "", Path(), f"cannot read /proc/self/cgroup ({exc})"
+            if version:
+                _remove_stale(base)
+                try:
+                    folder = base / f"sb-{os.getpid()}-{new_token()[:12]}"
+                    folder.mkdir()
+                    folder.rmdir()
+                except OSError as exc:
+                    version, reason = "", f"cgroup {version}: cannot create a group ({exc})"
+            _STATE["cpu"] = (version, base, reason)
+        return _STATE["cpu"]  # type: ignore[return-value]
+
+
+def cpu_unavailable_reason() -> str:
+    """``""`` when every sandbox gets a group that counts its CPU time here, else why not (then
+    ``cpu_seconds`` is ``None`` and the code env reports efficiency as unavailable)."""
+    return "" if _probe()[0] == "v2" else _cpu_probe()[2]
+
+
+def cpu_accounting() -> str:
+    """``"cgroup-v2"``, ``"cgroup-v1"`` or ``""``: what counts a sandbox's CPU time here."""
+    version = "v2" if _probe()[0] == "v2" else _cpu_probe()[0]
+    return f"cgroup-{version}" if version else ""
+
+
 def _probe() -> tuple[str, list[Path], str]:
     with _LOCK:
         if "probe" not in _STATE:
@@ -155,10 +310,11 @@ def _remove_stale(base: Path) -> None:
         try:
             os.kill(int(folder.name.split("-")[1]), 0)
         except ProcessLookupError:
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
+            for group in (folder / PROGRAM_GROUP, folder):
+                try:
+                    group.rmdir()
+                except OSError:
+                    pass
         except (OSError, ValueError):
             pass
 
@@ -190,12 +346,29 @@ def _create(version: str, bases: list[Path], memory: int, pids: int) -> SandboxC
 
 
 def new_cgroup(limits: Limits, server: bool) -> SandboxCgroup | None:
-    """A fresh group capped for one sandbox of ``limits``; ``None`` where groups are unavailable."""
+    """A fresh group capped for one sandbox of ``limits`` and counting its CPU time; ``None``
+    where neither caps nor CPU groups are available (each part is ``None``/empty on its own
+    where only it is unavailable)."""
     version, bases, _ = _probe()
-    if not version:
-        return None
+    group = None
+    if version:
+        try:
+            group = _create(version, bases, sandbox_memory_bytes(limits, server),
+                            int(limits.processes) + 8)
+        except OSError:
+            group = None
+    if group is not None and version == "v2":  # one v2 group per process: that one counts too
+        group.cpu = CpuGroup(group.folders[0], "v2")
+        return group
+    cpu_version, cpu_base, _ = _cpu_probe()
+    if not cpu_version:
+        return group
+    group = group or SandboxCgroup([])
+    folder = cpu_base / f"sb-{os.getpid()}-{new_token()[:12]}"
     try:
-        return _create(version, bases, sandbox_memory_bytes(limits, server),
-                       int(limits.processes) + 8)
+        folder.mkdir()
     except OSError:
-        return None
+        return group if group.folders else None
+    group.folders.append(folder)
+    group.cpu = CpuGroup(folder, cpu_version)
+    return group

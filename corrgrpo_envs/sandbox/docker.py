@@ -1,40 +1,48 @@
-"""The ``docker`` backend: programs in locked-down containers, through the ``docker`` CLI.
+"""The ``docker`` backend: programs in locked-down containers, through the Docker SDK for Python.
 
-Needs a Docker engine and an image with ``python3`` (default
-:data:`DEFAULT_IMAGE`, built offline from Debian packages by
-``bash scripts/docker_engine.sh``, which also installs and starts the engine).
+Needs the SDK (``pip install 'corrgrpo[docker]'``), a Docker engine and an image
+with ``python3`` (default :data:`DEFAULT_IMAGE`, built offline from Debian
+packages by ``bash scripts/docker_engine.sh``, which also installs and starts the
+engine); no ``docker`` command is run. The engine is the one ``DOCKER_HOST`` names
+(``unix://``, ``tcp://``; TLS through ``DOCKER_TLS_VERIFY`` and ``DOCKER_CERT_PATH``), or ``base_url=``: sandboxes can run on another machine,
+since the host reaches a container only through the engine's API.
+
 Every container runs with no network, a read-only root, size-capped tmpfs
 ``/tmp``, ``/var/tmp`` and ``/dev/shm``, a private IPC namespace, memory (no
 swap), pids and CPU limits, every capability dropped, ``no-new-privileges``,
-and as a fresh unprivileged host uid
-(:func:`~corrgrpo_envs.sandbox.hostuser.sandbox_uid`: containers share no
-``RLIMIT_NPROC`` count and cannot signal one another). Docker keeps ``/proc/sys``
-read-only and gives each container its own ``/dev``.
+the engine's seccomp profile with the denials of
+:mod:`~corrgrpo_envs.sandbox.syscall_filter` stacked on it, and as a fresh
+unprivileged uid (:func:`~corrgrpo_envs.sandbox.hostuser.sandbox_uid`:
+containers share no ``RLIMIT_NPROC`` count and cannot signal one another).
+Docker keeps ``/proc/sys`` read-only and gives each container its own ``/dev``.
 
-* ``reuse="auto"``/``"fork"``: one container per worker with a fork server as its
-  pid 1 (:mod:`corrgrpo_envs.sandbox.forkserver`), reached over a unix socket in
-  a host folder only that container's uid can enter, mounted read-only. Docker's
-  seccomp profile and the dropped capabilities leave no namespaces to a
-  server, so after each program it puts the writable folders back as they were
-  (files, modes, extended attributes, modification times), checks System V IPC
-  and ``/dev/mqueue`` and its own scheduling, limits and tracer, and quits when
-  anything differs: a new container replaces it.
-* ``reuse="fresh"``: one ``docker run --rm`` per program (slow: the engine's
-  start-up, some 0.3-1 s, per program).
+The container's first process is the relay (:mod:`~corrgrpo_envs.sandbox.docker_relay`),
+which the host drives over the container's attach stream:
 
-CPU time from outside (``cpu_seconds``) is not available: the engine, not this
-process, is the containers' parent.
+* ``reuse="auto"``/``"fork"``: one container per worker; the relay starts a fork
+  server (:mod:`corrgrpo_envs.sandbox.forkserver`) and hands it each program's
+  pipes. Docker's seccomp profile and the dropped capabilities leave no namespaces
+  to a server, so after each program it puts the writable folders back as they
+  were (files, modes, extended attributes, modification times), checks System V
+  IPC and ``/dev/mqueue`` and its own scheduling, limits and tracer, and the relay
+  checks that no socket outlived the program; anything that differs ends the
+  container and a new one replaces it.
+* ``reuse="fresh"``: one container per program (slow: the engine's start-up, some
+  0.3-1 s, per program).
+
+CPU time (``cpu_seconds``) comes from the container's control group, which holds
+every process in the container: work moved into children, daemons or threads is
+counted whatever they do with signals.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import tempfile
 import threading
+from typing import Any
 
 from corrgrpo_envs.sandbox.base import (
+    MINIMAL_ENV,
     SANDBOX_CWD,
     Limits,
     RunResult,
@@ -42,49 +50,117 @@ from corrgrpo_envs.sandbox.base import (
     new_token,
     runner_command,
 )
-from corrgrpo_envs.sandbox.forkserver import ForkingSandbox, ForkServer, server_command
+from corrgrpo_envs.sandbox.docker_relay import ContainerSession, relay_command
+from corrgrpo_envs.sandbox.forkserver import ForkingSandbox
 from corrgrpo_envs.sandbox.hostuser import sandbox_uid
+from corrgrpo_envs.sandbox.runner import PRELOAD_MODULES
+from corrgrpo_envs.sandbox.syscall_filter import (
+    canonical_machine,
+    denial_filter,
+    syscall_numbers,
+)
 
-__all__ = ["DEFAULT_IMAGE", "DockerSandbox", "docker_available"]
+__all__ = ["DEFAULT_IMAGE", "DockerEngineError", "DockerSandbox", "docker_available",
+           "engine_address"]
 
 #: The image ``scripts/docker_engine.sh`` builds (Debian bookworm, python3 3.11); override
 #: with ``CORRGRPO_DOCKER_IMAGE`` or ``image=``.
 DEFAULT_IMAGE = os.environ.get("CORRGRPO_DOCKER_IMAGE", "corrgrpo/python:bookworm")
 
-#: Memory a fork server itself needs inside its container, on top of the program's limit.
+#: Memory a container needs on top of the program's limit: the relay, and the fork server.
+_RELAY_MB = 32
 _SERVER_MB = 64
 
+#: Label on every container this backend starts (``corrgrpo.owner`` names the sandbox).
+LABEL = "corrgrpo.sandbox"
+
 _HOW_TO = "run `bash scripts/docker_engine.sh` (installs docker.io, starts dockerd, builds the image)"
-_CHECKED: dict[str, tuple[bool, str]] = {}
+_CHECKED: dict[tuple[str, str], tuple[bool, str]] = {}
 _CHECK_LOCK = threading.Lock()
 
 
-def docker_available(image: str | None = None) -> tuple[bool, str]:
-    """``(True, "")`` when the CLI is installed, an engine answers and ``image`` is present,
-    else ``(False, reason)`` with what to do (checked once per image and process)."""
-    image = image or DEFAULT_IMAGE
-    with _CHECK_LOCK:
-        if image not in _CHECKED:
-            _CHECKED[image] = _check(image)
-        return _CHECKED[image]
+class DockerEngineError(SandboxUnavailable):
+    """The Docker engine refused a request or could not be reached.
+
+    Attributes:
+        engine: the engine's address.
+        explanation: the engine's own message (or the SDK's, when no engine answered).
+        status_code: the HTTP status of the engine's answer, ``None`` without one.
+    """
+
+    def __init__(self, engine: str, explanation: str, status_code: int | None = None):
+        self.engine = engine
+        self.explanation = explanation
+        self.status_code = status_code
+        code = f" ({status_code})" if status_code else ""
+        super().__init__(f"docker engine {engine}{code}: {explanation}")
 
 
-def _check(image: str) -> tuple[bool, str]:
-    docker = shutil.which("docker")
-    if not docker:
-        return False, f"the docker CLI is not installed; {_HOW_TO}"
+def engine_address(base_url: str | None = None) -> str:
+    """The engine a sandbox talks to: ``base_url``, else ``DOCKER_HOST``, else the local socket."""
+    return base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def _engine_error(engine: str, exc: BaseException) -> DockerEngineError:
+    """``exc`` (from the SDK, or any other) as a :class:`DockerEngineError` with the engine's
+    message."""
+    if isinstance(exc, DockerEngineError):
+        return exc
+    explanation = getattr(exc, "explanation", None) or str(exc) or type(exc).__name__
+    response = getattr(exc, "response", None)
+    return DockerEngineError(engine, str(explanation), getattr(response, "status_code", None))
+
+
+def _client(base_url: str | None, timeout: float = 120):
+    """A ``docker.DockerClient`` for the engine (``DOCKER_HOST`` and friends when no
+    ``base_url``) whose requests wait at most ``timeout`` seconds; raises
+    :class:`SandboxUnavailable` with what to do."""
     try:
-        version = subprocess.run([docker, "version", "--format", "{{.Server.Version}}"],
-                                 capture_output=True, text=True, timeout=15)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"no docker engine answers ({exc}); {_HOW_TO}"
-    if version.returncode != 0:
-        return False, f"no docker engine answers ({version.stderr.strip()[-200:]}); {_HOW_TO}"
-    inspect = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", image],
-                             capture_output=True, text=True, timeout=30)
-    if inspect.returncode != 0:
-        return False, (f"the image {image} is not present (no registry is needed: {_HOW_TO}, "
-                       "or pass image= an image with python3)")
+        import docker
+    except ImportError as exc:
+        raise SandboxUnavailable(
+            "the Docker SDK for Python is not installed: pip install 'corrgrpo[docker]'") from exc
+    try:
+        if base_url:
+            return docker.DockerClient(base_url=base_url, timeout=timeout, max_pool_size=64)
+        return docker.from_env(timeout=timeout, max_pool_size=64)
+    except docker.errors.DockerException as exc:
+        raise _engine_error(engine_address(base_url), exc) from exc
+
+
+def docker_available(image: str | None = None, base_url: str | None = None) -> tuple[bool, str]:
+    """``(True, "")`` when the SDK is installed, the engine answers and ``image`` is present,
+    else ``(False, reason)`` with the engine's message and what to do (checked once per engine,
+    image and process)."""
+    image = image or DEFAULT_IMAGE
+    key = (engine_address(base_url), image)
+    with _CHECK_LOCK:
+        if key not in _CHECKED:
+            _CHECKED[key] = _check(image, base_url)
+        return _CHECKED[key]
+
+
+def _check(image: str, base_url: str | None) -> tuple[bool, str]:
+    engine = engine_address(base_url)
+    try:
+        client = _client(base_url, timeout=15)  # (an engine that does not answer: soon said)
+    except SandboxUnavailable as exc:
+        return False, f"{exc}; {_HOW_TO}"
+    import docker
+
+    try:
+        client.ping()
+    except docker.errors.DockerException as exc:
+        return False, f"no docker engine answers at {engine} ({_engine_error(engine, exc)}); {_HOW_TO}"
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound as exc:
+        return False, (f"the image {image} is not present ({_engine_error(engine, exc)}; no "
+                       f"registry is needed: {_HOW_TO}, or pass image= an image with python3)")
+    except docker.errors.DockerException as exc:
+        return False, f"{_engine_error(engine, exc)}; {_HOW_TO}"
+    finally:
+        client.close()
     return True, ""
 
 
@@ -101,74 +177,116 @@ class DockerSandbox(ForkingSandbox):
             ``fresh``: one container per program.
         max_programs: programs one fork server runs before it is replaced.
         hide: accepted for a common interface and unused: the container's file system is
-            the image's, and no host folder is bound into it (but the fork server's
-            read-only control-socket folder), so no host data file is there to hide.
+            the image's and no host folder is bound into it, so no host data file is there.
+        base_url: the engine (``unix:///var/run/docker.sock``, ``tcp://host:2375``...);
+            default: ``DOCKER_HOST`` and the SDK's other environment variables.
+        seccomp_profile: a seccomp profile (JSON file) to give the engine instead of its
+            default; the backend's own denials stack on it either way.
+
+    Raises:
+        SandboxUnavailable: no SDK, no engine or no image (a :class:`DockerEngineError`
+            with the engine's message when the engine refused).
     """
 
     name = "docker"
-    fresh_cpu_visible = False  # the docker CLI's own CPU time says nothing about the program
+    fresh_cpu_visible = True  # both modes: the container's control group
 
     def __init__(self, limits: Limits | None = None, image: str | None = None,
                  python: str = "python3", cpus: float = 1.0, paths: list[str] | None = None,
-                 reuse: str = "auto", max_programs: int = 1000, hide: list[str] | None = None):
+                 reuse: str = "auto", max_programs: int = 1000, hide: list[str] | None = None,
+                 base_url: str | None = None, seccomp_profile: str | None = None):
         super().__init__(limits, python, paths, reuse, max_programs, hide)
         self.image = image or DEFAULT_IMAGE
         self.cpus = float(cpus)
-        ok, reason = docker_available(self.image)
+        self.base_url = base_url
+        self.engine = engine_address(base_url)
+        self.seccomp_profile = seccomp_profile
+        self._seccomp_json = None
+        if seccomp_profile is not None:
+            with open(seccomp_profile, encoding="utf-8") as f:
+                self._seccomp_json = f.read()
+        ok, reason = docker_available(self.image, base_url)
         if not ok:
             raise SandboxUnavailable(reason)
-        self._docker = shutil.which("docker") or "docker"
+        self.owner = new_token()[:16]  # labels this sandbox's containers
+        self._client_obj = None
+        self._client_lock = threading.Lock()
+        client = self._client()
+        try:
+            self.architecture = client.info()["Architecture"]
+            self._filter = denial_filter(self.architecture).hex()
+            self._syscalls = {"keyctl": syscall_numbers(self.architecture)["keyctl"]}
+        except ValueError as exc:
+            raise SandboxUnavailable(f"docker engine {self.engine}: {exc}") from exc
+        except Exception as exc:
+            raise _engine_error(self.engine, exc) from exc
+
+    def _header(self, token: str, limits: Limits, **extra: object) -> dict:
+        # The system-call numbers the runner uses are the engine's machine's, not this host's;
+        # the runner's own filter (built by libseccomp for this host) only where they are the
+        # same machine: elsewhere the relay's filter, built for the engine's, is the one.
+        header = {**super()._header(token, limits, **extra), "syscalls": self._syscalls}
+        if canonical_machine(self.architecture) != canonical_machine(os.uname().machine):
+            header["seccomp"] = None
+        return header
+
+    def _client(self):
+        with self._client_lock:
+            if self._client_obj is None:
+                self._client_obj = _client(self.base_url)
+            return self._client_obj
+
+    def _error(self, exc: BaseException) -> DockerEngineError:
+        return _engine_error(self.engine, exc)
 
     # ------------------------------------------------------------ containers
-    def _run_args(self, limits: Limits, uid: int, name: str, extra_memory_mb: int = 0) -> list[str]:
-        """``docker run`` and its isolation options, up to (and with) the image."""
-        size = f"{int(limits.file_size_mb)}m"
-        memory = f"{int(limits.memory_mb) + extra_memory_mb}m"
-        tmpfs = f"rw,nosuid,nodev,size={size},mode=1777,uid={uid},gid={uid}"
-        return [
-            self._docker, "run", "--rm", "--name", name, "--network", "none", "--read-only",
-            "--ipc", "none", "--tmpfs", f"/tmp:{tmpfs}", "--tmpfs", f"/var/tmp:{tmpfs}",
-            "--tmpfs", f"/dev/shm:{tmpfs}", "--memory", memory, "--memory-swap", memory,
-            "--pids-limit", str(int(limits.processes) + 8), "--cpus", f"{self.cpus:g}",
-            "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--user", f"{uid}:{uid}",
-            "--workdir", "/tmp", "--env", "HOME=/tmp", "--env", "LANG=C.UTF-8",
-            "--log-driver", "none", "--label", "corrgrpo.sandbox=1",
-        ]
+    def _create_args(self, limits: Limits, relay: dict, extra_memory_mb: int) -> dict[str, Any]:
+        """``containers.create`` keyword arguments: the relay and every isolation option."""
+        from docker.types import LogConfig
 
-    def _remove(self, name: str) -> None:
-        subprocess.run([self._docker, "rm", "-f", name], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=60, check=False)
+        uid = sandbox_uid()
+        memory = f"{int(limits.memory_mb) + extra_memory_mb}m"
+        tmpfs = f"rw,nosuid,nodev,size={int(limits.file_size_mb)}m,mode=1777,uid={uid},gid={uid}"
+        security = ["no-new-privileges"]
+        if self._seccomp_json is not None:
+            security.append(f"seccomp={self._seccomp_json}")
+        config = {"filter": self._filter, **relay}
+        return {
+            "image": self.image,
+            "command": relay_command(self.python, config),
+            "network_mode": "none", "read_only": True, "ipc_mode": "none",
+            "tmpfs": {"/tmp": tmpfs, "/var/tmp": tmpfs, "/dev/shm": tmpfs},
+            "mem_limit": memory, "memswap_limit": memory,
+            "pids_limit": int(limits.processes) + 8, "nano_cpus": int(self.cpus * 1e9),
+            "cap_drop": ["ALL"], "security_opt": security, "user": f"{uid}:{uid}",
+            "working_dir": "/tmp", "environment": dict(MINIMAL_ENV),
+            "log_config": LogConfig(type=LogConfig.types.NONE),
+            "labels": {LABEL: "1", "corrgrpo.owner": self.owner},
+            # attached (detach=False) with stdin open: the SDK sets StdinOnce, so the container
+            # sees the end of its stdin once the host's attach stream closes
+            "detach": False, "stdin_open": True, "auto_remove": True,
+        }
+
+    def containers(self) -> list[str]:
+        """The ids of this sandbox's containers the engine still has (running or not)."""
+        try:  # (one listing, no inspection of each: fresh containers vanish as they end)
+            found = self._client().api.containers(
+                all=True, quiet=True, filters={"label": f"corrgrpo.owner={self.owner}"})
+            return [entry["Id"] for entry in found]
+        except Exception as exc:
+            raise self._error(exc) from exc
 
     # ------------------------------------------------------------ fork servers
     def _fork_unsupported(self) -> str:
         return ""
 
-    def _start_server(self, limits: Limits) -> ForkServer:
-        uid = sandbox_uid()
-        name = f"corrgrpo-fork-{new_token()[:16]}"
-        folder = tempfile.mkdtemp(prefix="corrgrpo-docker-")
-        os.chown(folder, uid, uid)  # only the container's uid (and root) can reach the socket
-        os.chmod(folder, 0o700)
-        config = {"workdir": SANDBOX_CWD}
-        args = [*self._run_args(limits, uid, name, _SERVER_MB),
-                "--volume", f"{folder}:/corrgrpo-ctl:ro", self.image]
-
-        server = server_command(self.python, config, 0)
-        server[-2] = "/corrgrpo-ctl/ctl"  # the control socket, as the container sees it
-
-        def command(_where: int | str) -> list[str]:
-            return [*args, *server]
-
-        def cleanup() -> None:
-            self._remove(name)
-            shutil.rmtree(folder, ignore_errors=True)
-
-        try:
-            return ForkServer(command, self.name, start_timeout=120.0,
-                              listen=os.path.join(folder, "ctl"), on_close=cleanup)
-        except BaseException:
-            cleanup()
-            raise
+    def _start_server(self, limits: Limits) -> ContainerSession:
+        relay = {"mode": "server", "start_timeout": 60,
+                 "server": {"preload": PRELOAD_MODULES, "workdir": SANDBOX_CWD,
+                            "syscalls": self._syscalls}}
+        return ContainerSession(self._client(), self._create_args(limits, relay,
+                                                                   _RELAY_MB + _SERVER_MB),
+                                self.name, 120.0, self._error, reuse="fork")
 
     # ------------------------------------------------------------ runs
     def run(self, program: str, limits: Limits | None = None) -> RunResult:
@@ -177,12 +295,36 @@ class DockerSandbox(ForkingSandbox):
             result = self._run_forked(program, limits)
             if result is not None:
                 return result
-        name = f"corrgrpo-run-{new_token()[:16]}"
-        command = [*self._run_args(limits, sandbox_uid(), name), "--interactive", self.image,
-                   *runner_command(self.python)]
         header = self._header(new_token(), limits, cwd=SANDBOX_CWD, make_cwd=True)
-        result = self._run_command(command, header, program, limits, status_pipe=False)
-        if result.status in ("timeout", "output_limit", "sandbox_error") \
-                or result.status.startswith("killed"):
-            self._remove(name)  # the CLI was killed or lost: the container may still run
+        relay = {"mode": "runner", "argv": runner_command(self.python)}
+        try:
+            session = ContainerSession(self._client(), self._create_args(limits, relay, _RELAY_MB),
+                                       self.name, 120.0, self._error, reuse="fresh")
+        except SandboxUnavailable as exc:
+            return RunResult("sandbox_error", stderr=str(exc), backend=self.name,
+                             extra={"reuse": "fresh"})
+        try:
+            result = session.run(header, program, limits)
+        finally:
+            session.close()
+        if result is None:
+            return RunResult("sandbox_error", stderr=f"the container ended before its program "
+                             f"started{session.relay_stderr()}", backend=self.name,
+                             extra={"reuse": "fresh"})
         return result
+
+    def close(self) -> None:
+        """Remove the fork servers' containers and drop the engine connections (a later run
+        starts new ones)."""
+        super().close()
+        with self._client_lock:
+            client, self._client_obj = self._client_obj, None
+        if client is not None:
+            client.close()
+
+    _lock_names = (*ForkingSandbox._lock_names, "_client_lock")
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_client_obj"] = None  # a connection to the engine is not state
+        return state

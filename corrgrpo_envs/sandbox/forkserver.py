@@ -56,8 +56,9 @@ from corrgrpo_envs.sandbox.base import (
     new_token,
 )
 from corrgrpo_envs.sandbox.calls import channel_text
-from corrgrpo_envs.sandbox.cgroups import new_cgroup
+from corrgrpo_envs.sandbox.cgroups import SandboxCgroup, new_cgroup
 from corrgrpo_envs.sandbox.runner import PRELOAD_MODULES, SERVER_SOURCE
+from corrgrpo_envs.sandbox.seccomp import syscall_numbers
 
 __all__ = ["ForkServer", "ForkServerPool", "ForkingSandbox", "REUSE_MODES", "server_command"]
 
@@ -92,7 +93,7 @@ def _spawn(*args: object, **kwargs: object) -> subprocess.Popen:
 
 def server_command(python: str, config: dict, control_fd: int) -> list[str]:
     """``python -I -S -c SERVER <fd> <config>``: the fork server's command line."""
-    config = {"preload": PRELOAD_MODULES, **config}
+    config = {"preload": PRELOAD_MODULES, "syscalls": syscall_numbers(), **config}
     return [python, "-I", "-S", "-c", SERVER_SOURCE, str(control_fd), repr(config)]
 
 
@@ -217,7 +218,7 @@ class ForkServer:
         sizes = [0, 0, 0]
         sent = 0
         deadline = start + limits.timeout + _HOST_GRACE
-        done: tuple[str, int, bool, float] | None = None
+        done: tuple[str, int, bool, float | None] | None = None
         ended_at: float | None = None  # verdict received or server lost
         over: str | None = None
         try:
@@ -317,13 +318,15 @@ def _recv_within(sock: socket.socket, seconds: float) -> bytes:
         sel.close()
 
 
-def _parse_done(msg: bytes) -> tuple[str, int, bool, float] | None:
-    """``(kind, exit code, clean, cpu seconds)`` of the server's ``D`` message."""
+def _parse_done(msg: bytes) -> tuple[str, int, bool, float | None] | None:
+    """``(kind, exit code, clean, cpu seconds or None)`` of the server's ``D`` message."""
     parts = msg.split()
     if len(parts) != 5 or parts[0] != b"D":
         return None
     try:
-        return parts[1].decode(), int(parts[2]), parts[3] == b"1", int(parts[4]) / 1e9
+        cpu_ns = int(parts[4])
+        return parts[1].decode(), int(parts[2]), parts[3] == b"1", \
+            cpu_ns / 1e9 if cpu_ns >= 0 else None
     except ValueError:
         return None
 
@@ -445,6 +448,13 @@ class ForkingSandbox(Sandbox):
         """Why fork servers cannot isolate programs here; ``""`` when they can."""
         return ""
 
+    def _server_launch(self, limits: Limits, group: SandboxCgroup | None) -> tuple[list[str], dict]:
+        """The server's isolation prefix and config. A backend that can show the server its
+        control group (``group.program_group``, bound at ``SERVER_CPU_MOUNT``, and
+        ``cpu_group``, ``cpu_file``, ``cpu_mount`` in the config) gets each program's CPU
+        time from it; by default programs get none (``cpu_seconds=None``)."""
+        return self._server_prefix(limits), self._server_config(limits)
+
     # ------------------------------------------------------------------ fork mode
     @property
     def forking(self) -> bool:
@@ -478,9 +488,14 @@ class ForkingSandbox(Sandbox):
         return None
 
     def _start_server(self, limits: Limits) -> ForkServer:
-        prefix = self._server_prefix(limits)
-        config = self._server_config(limits)
-        group = new_cgroup(limits, server=True)  # the whole sandbox's memory and process cap
+        # the whole sandbox's memory and process cap, and its CPU time
+        group = new_cgroup(limits, server=True)
+        try:
+            prefix, config = self._server_launch(limits, group)
+        except BaseException:
+            if group is not None:
+                group.close()
+            raise
         if group is not None:
             prefix = [*group.enter(), *prefix]
         try:

@@ -39,7 +39,12 @@ from corrgrpo_envs.sandbox.base import (
     new_token,
     runner_command,
 )
-from corrgrpo_envs.sandbox.cgroups import new_cgroup
+from corrgrpo_envs.sandbox.cgroups import (
+    PROGRAM_GROUP,
+    SERVER_CPU_MOUNT,
+    SandboxCgroup,
+    new_cgroup,
+)
 from corrgrpo_envs.sandbox.forkserver import ForkingSandbox
 from corrgrpo_envs.sandbox.hostuser import host_is_root, sandbox_uid
 from corrgrpo_envs.sandbox.view import filesystem_view, interpreter_roots
@@ -156,6 +161,17 @@ class ProcessSandbox(ForkingSandbox):
         self._probe()
         return list(self._prefix or [])
 
+    def _server_launch(self, limits: Limits, group: SandboxCgroup | None) -> tuple[list[str], dict]:
+        """The server's namespaces and set-up; its control group bound at ``SERVER_CPU_MOUNT``
+        (the server is the namespace's root, so no file of the group needs another owner)."""
+        config = self._server_config(limits)
+        program = group.program_group(None) if group is not None else None
+        if program is not None and group is not None and group.cpu is not None:
+            config.update(cpu_bind=(str(group.cpu.folder), SERVER_CPU_MOUNT),
+                          cpu_group=f"{SERVER_CPU_MOUNT}/{PROGRAM_GROUP}",
+                          cpu_file=program.usage_file, cpu_mount=SERVER_CPU_MOUNT)
+        return self._server_prefix(limits), config
+
     def _server_config(self, limits: Limits, fork: bool = True) -> dict:
         """Mount, uid and capability set-up (a fresh run's header asks the runner for the same).
 
@@ -186,6 +202,7 @@ class ProcessSandbox(ForkingSandbox):
         try:
             result = self._run_command([*enter, *self._prefix, *runner_command(self.python)],
                                        header, program, limits)
+            result.cpu_seconds = group.cpu_seconds() if group is not None else None
         finally:
             if group is not None:
                 group.close()

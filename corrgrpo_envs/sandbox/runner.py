@@ -59,6 +59,8 @@ def _corrgrpo_boot():
         _confine(header.get("program_uid"))
     if header.get("make_cwd"):
         os.makedirs(header["cwd"], exist_ok=True)
+    # Nothing of the keyrings of whoever started the sandbox (or of an earlier program).
+    _corrgrpo_fresh_keyring(header.get("syscalls", {}))
     os.chdir(header["cwd"])
     for path in header.get("paths", []):
         sys.path.append(path)
@@ -86,6 +88,8 @@ def _corrgrpo_boot():
             pass
     def report(status, seconds=0.0):
         emit("%s %.9f" % (status, seconds))
+    if header.get("seccomp"):
+        _corrgrpo_seccomp(header["seccomp"])
     try:
         code = compile(source, "<program>", "exec")
     except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError):
@@ -140,6 +144,44 @@ def _corrgrpo_call_all(calls, scope, emit):
         return "error:" + type(exc).__name__
     return "ok"
 
+#: System call numbers where the host cannot resolve them (x86_64; the generic table).
+_SYSCALLS = {"x86_64": {"keyctl": 250}, "aarch64": {"keyctl": 219}, "riscv64": {"keyctl": 219}}
+
+def _corrgrpo_syscall_nr(name, numbers):
+    nr = numbers.get(name, _SYSCALLS.get(os.uname().machine, {}).get(name))
+    if nr is None:
+        raise OSError("no system call number for %s on %s" % (name, os.uname().machine))
+    return nr
+
+def _corrgrpo_fresh_keyring(numbers):
+    # keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL): a new anonymous session keyring, so the session
+    # keyring inherited from the host (or the fork server) is no longer reachable. A filter that
+    # denies keyctl itself (docker's default profile, ours) leaves nothing to reach.
+    ctypes, libc = _corrgrpo_libc()
+    libc.syscall.restype = ctypes.c_long
+    if libc.syscall(ctypes.c_long(_corrgrpo_syscall_nr("keyctl", numbers)), ctypes.c_long(1),
+                    ctypes.c_void_p(None)) < 0:
+        err = ctypes.get_errno()
+        if err not in (1, 38):  # EPERM, ENOSYS: keyctl is denied to the program too
+            raise OSError(err, "cannot join a fresh session keyring: %s" % os.strerror(err))
+
+def _corrgrpo_seccomp(program):
+    # The host's filter (classic BPF from libseccomp: corrgrpo_envs.sandbox.seccomp), for this
+    # process and everything it starts, irrevocably; the last set-up step before the program.
+    ctypes, libc = _corrgrpo_libc()
+    class _Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    code = ctypes.create_string_buffer(program, len(program))
+    prog = _Prog(len(program) // 8, ctypes.cast(code, ctypes.c_void_p))
+    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+    zero = ctypes.c_ulong(0)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), zero, zero, zero) != 0 or \
+            libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(prog),
+                       zero, zero) != 0:
+        err = ctypes.get_errno()
+        os.write(2, ("cannot install the seccomp filter: %s\n" % os.strerror(err)).encode())
+        os._exit(125)  # never run a program without it
+
 def _corrgrpo_libc():
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
@@ -185,11 +227,14 @@ def _isolate_fs(header):
     view = header["view"]
     # Opened before anything is covered (the interpreter may live under /tmp).
     sources = [(path, os.open(path, os.O_PATH)) for path in view["binds"]]
+    cpu_bind = header.get("cpu_bind")  # (host folder, where) of a fork server's control group
+    if cpu_bind:
+        sources.append((cpu_bind[1], os.open(cpu_bind[0], os.O_PATH)))
     devices = {name: os.open("/dev/" + name, os.O_PATH) for name in ("null", "zero", "random", "urandom")}
     new = "/tmp"  # the staging point: our own namespace's /tmp, covered by the new root
     _mount("corrgrpo-root", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1048576,mode=755")
     size = header.get("tmpfs_bytes", 64 << 20)
-    writable = [new + t for t in header.get("tmpfs", [])]
+    writable = [new + t for t in header.get("tmpfs", [])] + ([new + cpu_bind[1]] if cpu_bind else [])
     steps = [(p, "bind", fd) for p, fd in sources] + [(p, "link", t) for p, t in view["links"]]
     steps += [(t, "tmpfs", None) for t in header.get("tmpfs", []) if t != "/dev/shm"]
     steps += [("/dev", "dev", None), ("/proc", "proc", None)]
@@ -301,13 +346,18 @@ def _confine(uid=None, keep=()):
             raise OSError("still uid %d" % os.geteuid())
 
 def _corrgrpo_private_ns(config):
-    # A fork-server child's own mount and IPC namespaces: fresh, size-capped /tmp, /var/tmp and
-    # /dev/shm, new System V and POSIX message-queue namespaces; all vanish with the program.
+    # A fork-server child's own mount, IPC and network namespaces: fresh, size-capped /tmp,
+    # /var/tmp and /dev/shm, new System V and POSIX message-queue namespaces, and a network
+    # namespace of its own (abstract unix sockets live there: one kept alive by a descriptor
+    # cycle is unreachable once the program ended); all vanish with the program.
     ctypes, libc = _corrgrpo_libc()
-    CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
-    if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(mount, ipc) failed")
+    CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWNET = 0x00020000, 0x08000000, 0x40000000
+    if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(mount, ipc, net) failed")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    if config.get("cpu_mount"):  # the control group files stay the server's
+        if libc.umount2(config["cpu_mount"].encode(), 2) != 0:
+            raise OSError(ctypes.get_errno(), "umount %s failed" % config["cpu_mount"])
     _tmpfs_with_keeps(config["fresh_tmpfs"], config["tmpfs_bytes"], config.get("keep", []))
 '''
 
@@ -324,7 +374,8 @@ RUNNER_SOURCE = _SHARED_SOURCE + "\n_corrgrpo_boot()\n"
 #                                                 kind: exit, timeout or killed; code: exit
 #                                                 code (negative: signal); clean 0: the server
 #                                                 could not restore a clean state and exits;
-#                                                 cpu_ns: CPU time of the program's processes
+#                                                 cpu_ns: CPU time of the program's control
+#                                                 group, -1 without one
 # The program itself (header and source) travels on its stdin pipe straight to the child,
 # so the server never holds a program's text or output.
 _SERVER_PART = r'''
@@ -337,6 +388,7 @@ def _corrgrpo_serve():
     if config.get("drop_caps"):
         # Keep only what giving each child its own namespaces and uid needs.
         _confine(None, SERVER_CAPS if config.get("fresh_tmpfs") else ())
+    _corrgrpo_fresh_keyring(config.get("syscalls", {}))  # none of the host's keys, from here on
     os.chdir("/")
     if config.get("workdir"):  # made before the snapshot: every program finds it, empty
         os.makedirs(config["workdir"], exist_ok=True)
@@ -350,10 +402,9 @@ def _corrgrpo_serve():
     # Not dumpable: a program (same uid) can then neither ptrace the server nor open its
     # /proc files (memory, fds such as the control socket). Children inherit the flag.
     libc.prctl(4, 0, 0, 0, 0)
-    # Child subreaper: processes a program leaves behind become the server's children, so
-    # their CPU time is counted with the program's and the server reaps them.
+    # Child subreaper: processes a program leaves behind become the server's children, and
+    # the server reaps them.
     libc.prctl(36, 1, 0, 0, 0)
-    import resource
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     me = os.getpid()
@@ -361,6 +412,9 @@ def _corrgrpo_serve():
     roots = _corrgrpo_writable_roots()
     snapshot = _corrgrpo_fs_state(roots)
     itself = _corrgrpo_self_state()
+    key_owner = config.get("program_uid")
+    key_owner = os.getuid() if key_owner is None else key_owner
+    kernel = _corrgrpo_kernel_state(key_owner)
     sock.sendall(b"ready")
     while True:
         msg, fds, _, _ = socket.recv_fds(sock, 256, 8)
@@ -370,7 +424,7 @@ def _corrgrpo_serve():
             for fd in fds:
                 os.close(fd)
             continue  # a late kill request for a program that already ended
-        before = _corrgrpo_children_cpu_ns(resource)
+        before = _corrgrpo_cpu_ns(config) if config.get("cpu_group") else None
         pid = os.fork()
         if pid == 0:
             _corrgrpo_child(fds, config)
@@ -378,10 +432,12 @@ def _corrgrpo_serve():
             os.close(fd)
         kind, code = _corrgrpo_wait(sock, pid, float(msg[2:]), select, signal, time)
         clean = _corrgrpo_reap(me, signal, time)
-        # CPU time of the program and of every process it left behind (all reaped by now:
-        # the server is their subreaper), counted by the kernel, out of the program's reach.
-        cpu_ns = _corrgrpo_children_cpu_ns(resource) - before
-        clean = clean and _corrgrpo_clean(roots, snapshot) and _corrgrpo_self_state() == itself
+        # CPU time of the program and of every process it started (all dead by now), counted
+        # by the kernel in the program's control group, out of the program's reach; -1 where
+        # there is no such group (a rusage would miss children reaped automatically).
+        cpu_ns = _corrgrpo_cpu_ns(config) - before if before is not None else -1
+        clean = clean and _corrgrpo_clean(roots, snapshot) and _corrgrpo_self_state() == itself \
+            and _corrgrpo_kernel_settled(key_owner, kernel, time)
         sock.sendall(b"D %s %d %d %d" % (kind, code, int(clean), cpu_ns))
         if not clean:
             _corrgrpo_quit()
@@ -408,12 +464,35 @@ def _corrgrpo_isolate_child(config):
     if config.get("drop_caps"):
         _confine(config.get("program_uid"))
 
+def _corrgrpo_enter_program_group(config):
+    # Into the control group that counts the program's CPU time, before anything else: every
+    # process the program starts is born there, and it cannot leave (it never sees the group's
+    # files: its mount namespace drops them, and it holds no capability to mount them again).
+    if config.get("cpu_group"):
+        fd = os.open(config["cpu_group"] + "/cgroup.procs", os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+def _corrgrpo_cpu_ns(config):
+    # CPU time (ns) of everything that ran in the programs' group (cgroup v2 or v1 cpuacct).
+    with open(config["cpu_group"] + "/" + config["cpu_file"]) as f:
+        text = f.read()
+    if config["cpu_file"] == "cpuacct.usage":
+        return int(text)
+    for line in text.splitlines():
+        if line.startswith("usage_usec "):
+            return int(line.split()[1]) * 1000
+    raise OSError("no usage_usec in cpu.stat")
+
 def _corrgrpo_probe_child(config):
     # The isolation every child gets must work before the server says ready.
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
+            _corrgrpo_enter_program_group(config)
             _corrgrpo_isolate_child(config)
         except BaseException as exc:
             os.write(2, ("child isolation failed: %r\n" % (exc,)).encode())
@@ -425,6 +504,7 @@ def _corrgrpo_probe_child(config):
 def _corrgrpo_child(fds, config):
     code = 1
     try:
+        _corrgrpo_enter_program_group(config)
         os.setsid()
         for target, fd in enumerate(fds):  # stdin, stdout, stderr, status channel (fd 3)
             os.dup2(fd, target)
@@ -484,10 +564,6 @@ def _corrgrpo_wait(sock, pid, timeout, select, signal, time):
                 pass
     status = os.waitpid(pid, 0)[1]
     return kind, os.waitstatus_to_exitcode(status)
-
-def _corrgrpo_children_cpu_ns(resource):
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return int(round((usage.ru_utime + usage.ru_stime) * 1e9))
 
 def _corrgrpo_reap(me, signal, time):
     # Kill every other process of the pid namespace (children the program left behind,
@@ -613,6 +689,52 @@ def _corrgrpo_self_state():
     return (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0),
             os.sched_getparam(0).sched_priority, sorted(os.sched_getaffinity(0)), limits,
             tracer, dumpable, os.getresuid(), os.getresgid(), os.getgroups())
+
+def _corrgrpo_kernel_state(uid):
+    # Kernel objects a program could leave for the next one outside its namespaces: the keys
+    # its uid owns (/proc/key-users: keys, instantiated keys, quota in keys and bytes; the
+    # user and user-session keyrings of a uid outlive its processes) and the unix sockets of
+    # the server's network namespace (an abstract socket kept alive by a descriptor cycle).
+    keys = (0, 0, 0, 0)  # keys, instantiated keys, keys and bytes counted against the quota
+    try:
+        with open("/proc/key-users") as f:
+            for line in f:
+                head, _, rest = line.partition(":")
+                if head.strip() == str(uid):
+                    # "<uid>: <usage> <keys>/<instantiated> <quota keys>/<max> <bytes>/<max>"
+                    counts = [part.split("/") for part in rest.split()[1:4]]
+                    keys = (int(counts[0][0]), int(counts[0][1]), int(counts[1][0]),
+                            int(counts[2][0]))
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/proc/net/unix") as f:
+            sockets = frozenset(line.split()[6] for line in list(f)[1:] if len(line.split()) > 6)
+    except OSError:
+        sockets = frozenset()
+    return keys, sockets
+
+#: What three anonymous session keyrings ("_ses", 5 bytes each) count in /proc/key-users.
+_PENDING_KEYRINGS = (3, 3, 3, 15)
+
+def _corrgrpo_kernel_settled(uid, start, time):
+    # The kernel frees a dead program's session keyring (after an RCU grace period, some
+    # 60 ms) and its sockets asynchronously, so the keyrings of the last few programs may
+    # still be counted. A key that outlives its program needs a keyring of the uid that
+    # outlives it too: the user and user-session keyrings ("_uid.<uid>", "_uid_ses.<uid>",
+    # 2 keys, 26 bytes for uid 65534) or the persistent one ("_persistent.<uid>", 18 bytes
+    # for uid 65534, more for larger uids), more than three session keyrings' bytes. So up
+    # to that much counts as settled; beyond it the server waits, and anything more half a
+    # second later makes it quit.
+    deadline = time.monotonic() + 0.5
+    while True:
+        keys, sockets = _corrgrpo_kernel_state(uid)
+        extra = [now - was for now, was in zip(keys, start[0])]
+        if all(e <= room for e, room in zip(extra, _PENDING_KEYRINGS)) and sockets <= start[1]:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
 
 def _corrgrpo_no_ipc():
     for name in ("shm", "sem", "msg"):

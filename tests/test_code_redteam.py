@@ -1,0 +1,89 @@
+"""``corrgrpo code redteam``: every attack class held on this machine, printed per class; a
+broken or failing class makes the command exit with 1; the registry takes new classes and
+sandbox-free probes."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from corrgrpo_envs.code import redteam
+from corrgrpo_envs.code.commands import run
+from corrgrpo_envs.sandbox.bwrap import bwrap_unavailable_reason
+
+
+def _args(**kwargs) -> argparse.Namespace:
+    return argparse.Namespace(**{"code_command": "redteam", "backend": "process", "only": None,
+                                 "list": False, **kwargs})
+
+
+def test_every_attack_class_holds_on_the_process_backend(capsys):
+    code = run(_args())
+    out = capsys.readouterr().out.splitlines()
+    names = [a.name for a in redteam.ATTACKS]
+    assert code == 0, out
+    for name in names:
+        assert any(line.split()[:2] == ["held", name] for line in out), (name, out)
+    assert out[-1] == f"{len(names)} of {len(names)} attack classes held"
+
+
+@pytest.mark.skipif(bool(bwrap_unavailable_reason()), reason=f"bwrap: {bwrap_unavailable_reason()}")
+def test_the_new_attack_classes_hold_on_bwrap(capsys):
+    only = ["hidden_cpu_time", "keyrings", "abstract_socket", "nested_capabilities", "spoofed_status"]
+    assert run(_args(backend="bwrap", only=only)) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.count("held ") == len(only) and "BROKEN" not in out
+
+
+def test_list_names_every_class(capsys):
+    assert run(_args(list=True)) == 0
+    out = capsys.readouterr().out
+    for attack in redteam.ATTACKS:
+        assert attack.name in out and attack.description[:30] in out
+
+
+def test_a_broken_or_failing_class_makes_the_command_fail(capsys, monkeypatch):
+    monkeypatch.setattr(redteam, "ATTACKS", list(redteam.ATTACKS))
+
+    def fails(target):
+        raise RuntimeError("no luck")
+
+    redteam.register("always_broken", "a defence that does not hold")(lambda t: (False, "it broke"))
+    redteam.register("always_failing", "an attack that cannot run")(fails)
+    redteam.register_probe("judge_probe", "a probe without a sandbox", lambda: (True, "bounded"))
+    with pytest.raises(ValueError, match="registered twice"):
+        redteam.register("judge_probe", "again")(lambda t: (True, ""))
+    code = run(_args(only=["always_broken", "always_failing", "judge_probe", "network"]))
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1
+    assert out[0].startswith("held    network")
+    assert out[1].startswith("BROKEN  always_broken") and out[1].endswith("it broke")
+    assert out[2].startswith("BROKEN  always_failing") and "no luck" in out[2]
+    assert out[3].startswith("held    judge_probe") and out[3].endswith("bounded")
+    assert out[-1] == "2 of 4 attack classes held; broken: always_broken, always_failing"
+
+
+def test_a_modules_probe_functions_become_classes(monkeypatch):
+    import types
+
+    monkeypatch.setattr(redteam, "ATTACKS", list(redteam.ATTACKS))
+    module = types.ModuleType("probes")
+
+    def probe_judge_bound():
+        """A huge record is rejected within the bound.
+
+        More words."""
+        return True, "rejected in 0.01 s"
+
+    module.probe_judge_bound = probe_judge_bound
+    module.helper = lambda: (False, "not a probe")
+    assert redteam.register_probes(module) == ["judge_bound"]
+    (attack,) = [a for a in redteam.ATTACKS if a.name == "judge_bound"]
+    assert attack.description == "A huge record is rejected within the bound."
+    assert attack.run(None) == (True, "rejected in 0.01 s")
+
+
+def test_unknown_classes_are_named():
+    with pytest.raises(ValueError, match="unknown attack classes"):
+        redteam.run_attacks("process", ["no_such_attack"])
