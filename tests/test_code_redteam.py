@@ -26,6 +26,8 @@ def test_every_attack_class_holds_on_the_process_backend(capsys):
     for name in names:
         assert any(line.split()[:2] == ["held", name] for line in out), (name, out)
     assert out[-1] == f"{len(names)} of {len(names)} attack classes held"
+    # the host-side judge's and AgentDojo's attacks are classes too
+    assert {"judge_shared_tuple_dag", "judge_deadline", "agentdojo_pasted_tool_outputs"} <= set(names)
 
 
 @pytest.mark.skipif(bool(bwrap_unavailable_reason()), reason=f"bwrap: {bwrap_unavailable_reason()}")

@@ -76,11 +76,11 @@ def _redteam(args: argparse.Namespace) -> int:
 
     if args.list:
         for attack in ATTACKS:
-            print(f"{attack.name:22s} {attack.description}")
+            print(f"{attack.name:32s} {attack.description}")
         return 0
 
     def show(outcome) -> None:
-        print(f"{'held' if outcome.held else 'BROKEN':7s} {outcome.name:22s} "
+        print(f"{'held' if outcome.held else 'BROKEN':7s} {outcome.name:32s} "
               f"{outcome.seconds:5.1f} s  {outcome.detail}", flush=True)
 
     outcomes = run_attacks(args.backend, args.only, on_outcome=show)
