@@ -12,72 +12,23 @@ import pytest
 
 from corrgrpo_envs.code.env import CodeEnv
 from corrgrpo_envs.code.metrics import code_metrics
-from corrgrpo_envs.sandbox import Limits, SandboxUnavailable, cgroups, make_sandbox
-from corrgrpo_envs.sandbox.docker import docker_available
+from corrgrpo_envs.code.redteam import HIDDEN_WORK_PLACES, WORK
+from corrgrpo_envs.sandbox import Limits, cgroups, make_sandbox
+from tests.sandbox_backends import backend_params, open_sandbox
 
 LIMITS = Limits(timeout=10.0, memory_mb=256)
 
-WORK = '''
-def work(n):
-    total = 0
-    for i in range(n):
-        total += i * i % 7
-    return total
-'''
-
-# The same work, done where each program puts it; each leaves nothing running once it returns.
-PLACES = {
-    "main": "work(N)\n",
-    "auto_reaped_child": '''
-import os, signal, time
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps it: no rusage for the parent
-if os.fork() == 0:
-    work(N)
-    os._exit(0)
-time.sleep(T)
-''',
-    "double_forked_daemon": '''
-import os, time
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        work(N)
-        os._exit(0)
-    os._exit(0)
-os.wait()
-time.sleep(T)
-''',
-    "thread_pool": '''
-from concurrent.futures import ThreadPoolExecutor
-with ThreadPoolExecutor(4) as pool:
-    list(pool.map(work, [N // 4] * 4))
-''',
-}
+# the same work, done where each program puts it (the red team's hidden-CPU-time attack)
+PLACES = HIDDEN_WORK_PLACES
 
 
 def _program(place: str, n: int, seconds: float) -> str:
     return WORK + f"N, T = {n}, {seconds}\n" + textwrap.dedent(PLACES[place])
 
 
-def _backends() -> list:
-    params = []
-    docker = docker_available()[1]
-    for backend in ("process", "bwrap", "docker"):
-        for reuse in ("fork", "fresh"):
-            marks = pytest.mark.skipif(bool(docker), reason=docker) if backend == "docker" else ()
-            params.append(pytest.param((backend, reuse), id=f"{backend}-{reuse}", marks=marks))
-    return params
-
-
-@pytest.fixture(params=_backends())
+@pytest.fixture(params=backend_params())
 def sandbox(request):
-    backend, reuse = request.param
-    try:
-        box = make_sandbox(backend, LIMITS, reuse=reuse)
-    except SandboxUnavailable as exc:
-        pytest.skip(f"{backend}: {exc}")
-    yield box
-    box.close()
+    yield from open_sandbox(request.param, LIMITS)
 
 
 def test_hiding_work_in_children_daemons_or_threads_never_lowers_cpu_time(sandbox):

@@ -10,13 +10,13 @@ import uuid
 
 import pytest
 
-from corrgrpo_envs.sandbox import Limits, SandboxUnavailable, make_sandbox
-from corrgrpo_envs.sandbox.docker import docker_available
+from corrgrpo_envs.sandbox import Limits, make_sandbox
 
 try:
     import pyseccomp
 except (ImportError, OSError, RuntimeError) as exc:  # (RuntimeError: libseccomp is missing)
     pytest.skip(f"the key tests name system calls by number, with pyseccomp and libseccomp: {exc}", allow_module_level=True)
+from tests.sandbox_backends import backend_params, open_sandbox
 
 LIMITS = Limits(timeout=5.0, memory_mb=256)
 _ARCH = pyseccomp.system_arch()
@@ -27,27 +27,9 @@ GET_KEYRING_ID, JOIN_SESSION, SEARCH, GET_PERSISTENT = 0, 1, 10, 22
 THREAD, PROCESS, SESSION, USER, USER_SESSION = -1, -2, -3, -4, -5
 
 
-def _backends() -> list:
-    params = []
-    docker = docker_available()[1]
-    for backend in ("process", "bwrap", "docker"):
-        for reuse in ("fork", "fresh"):
-            marks = pytest.mark.skipif(bool(docker), reason=docker) if backend == "docker" else ()
-            params.append(pytest.param((backend, reuse), id=f"{backend}-{reuse}", marks=marks))
-    return params
-
-
-@pytest.fixture(params=_backends())
+@pytest.fixture(params=backend_params())
 def sandbox(request):
-    backend, reuse = request.param
-    try:
-        box = make_sandbox(backend, LIMITS, reuse=reuse)
-    except SandboxUnavailable as exc:
-        pytest.skip(f"{backend}: {exc}")
-    if reuse == "fork" and not box.forking:
-        pytest.skip(f"{backend}: fork servers need namespaces, unavailable here")
-    yield box
-    box.close()
+    yield from open_sandbox(request.param, LIMITS, need_fork=True)
 
 
 _KEYS = f'''

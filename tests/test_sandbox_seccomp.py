@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from corrgrpo_envs.sandbox import Limits, SandboxUnavailable, make_sandbox
-from corrgrpo_envs.sandbox.docker import docker_available
+from corrgrpo_envs.sandbox import Limits, make_sandbox
 from corrgrpo_envs.sandbox.seccomp import DENIED, seccomp_unavailable_reason
+from tests.sandbox_backends import backend_params, open_sandbox
 
 try:
     import pyseccomp
@@ -81,25 +81,9 @@ def _probe_program() -> str:
     return PROBE.replace("for name, nr, args in CALLS:", f"for name, nr, args in [{calls}]:")
 
 
-def _backends() -> list:
-    params = []
-    docker = docker_available()[1]
-    for backend in ("process", "bwrap", "docker"):
-        for reuse in ("fork", "fresh"):
-            marks = pytest.mark.skipif(bool(docker), reason=docker) if backend == "docker" else ()
-            params.append(pytest.param((backend, reuse), id=f"{backend}-{reuse}", marks=marks))
-    return params
-
-
-@pytest.fixture(params=_backends())
+@pytest.fixture(params=backend_params())
 def sandbox(request):
-    backend, reuse = request.param
-    try:
-        box = make_sandbox(backend, LIMITS, reuse=reuse)
-    except SandboxUnavailable as exc:
-        pytest.skip(f"{backend}: {exc}")
-    yield box
-    box.close()
+    yield from open_sandbox(request.param, LIMITS)
 
 
 def test_every_denied_call_fails_with_eperm(sandbox):

@@ -203,7 +203,8 @@ for _kind, _description in [
     register(_kind, _description)(_forged_verdict(_kind))
 
 
-_WORK = '''
+#: the CPU-bound work the hidden-CPU-time attack moves around
+WORK = '''
 def work(n):
     total = 0
     for i in range(n):
@@ -235,7 +236,8 @@ def _clock_patching(target: Target) -> tuple[bool, str]:
         f"vs reference {info.get('reference_seconds')} s"
 
 
-_HIDDEN = {
+#: the same work done where each program puts it; each leaves nothing running once it returns
+HIDDEN_WORK_PLACES = {
     "main": "work(N)\n",
     "auto_reaped_child": '''
 import os, signal, time
@@ -268,7 +270,7 @@ with ThreadPoolExecutor(4) as pool:
           "and a thread pool, hoping for less counted CPU time than in the main process")
 def _hidden_cpu(target: Target) -> tuple[bool, str]:
     def cpu(place: str, sleep: float) -> float | None:
-        result = target.sandbox.run(_WORK + f"N, T = 1000000, {sleep}\n" + textwrap.dedent(_HIDDEN[place]))
+        result = target.sandbox.run(WORK + f"N, T = 1000000, {sleep}\n" + textwrap.dedent(HIDDEN_WORK_PLACES[place]))
         if result.status != "ok":
             raise RuntimeError(f"{place}: {result.status} {result.stderr[-200:]}")
         return result.cpu_seconds
@@ -277,7 +279,7 @@ def _hidden_cpu(target: Target) -> tuple[bool, str]:
     if first is None:
         return True, "no CPU time is reported here (efficiency is unavailable, not forgeable)"
     main = min(first, cpu("main", 0.0) or first)  # the honest time, at its least noisy
-    seen = {place: cpu(place, 4 * main + 0.2) for place in _HIDDEN if place != "main"}
+    seen = {place: cpu(place, 4 * main + 0.2) for place in HIDDEN_WORK_PLACES if place != "main"}
     # (hiding worked out to about 5 % of the honest time where it could be done)
     hidden = {p: t for p, t in seen.items() if t is None or t < 0.5 * main}
     detail = ", ".join(f"{p} {t if t is None else round(t, 3)} s" for p, t in seen.items())
