@@ -54,6 +54,7 @@ def test_all_164_canonical_solutions_are_correct(env):
     assert env.sandbox.forking == (env.sandbox.name in ("bwrap", "process"))
 
 
+@pytest.mark.slow
 def test_fork_servers_and_fresh_interpreters_agree_on_all_164(env, fresh_env):
     ids = env.task_ids
     actions = [env.reference_action(t)[0] for t in ids]

@@ -11,6 +11,8 @@ import pytest
 import torch
 import yaml
 
+pytestmark = pytest.mark.slow  # two processes under accelerate launch, about a minute
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "env_configs" / "accelerate"
 SCRIPT = ROOT / "tests" / "fsdp_check.py"

@@ -31,6 +31,7 @@ def _cfg(tmp_path: Path, **train):
     )
 
 
+@pytest.mark.slow
 def test_train_updates_only_adapters_and_saves_merged(tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -60,6 +61,7 @@ def test_train_updates_only_adapters_and_saves_merged(tmp_path):
     assert set(merged) == set(synced)
 
 
+@pytest.mark.slow
 def test_lora_resume_reproduces_uninterrupted_run(tmp_path):
     Trainer(_cfg(tmp_path / "a", steps=3)).train()
     expected = read_metrics(tmp_path / "a" / "run")

@@ -90,6 +90,7 @@ def _actions(env, task_id: str, k: int) -> list[str]:
     return [ref[0][: len(ref[0]) // 2] or "x", *ref[1:]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", list(DOMAINS))
 def test_in_process_and_remote_give_identical_rewards_on_200_steps(servers, env_id):
     if env_id not in servers:
@@ -130,6 +131,7 @@ def test_in_process_and_remote_give_identical_rewards_on_200_steps(servers, env_
     assert nonzero > 20  # the comparison covered rewarded steps, not only zeros
 
 
+@pytest.mark.slow
 def test_openenv_validate_passes_on_every_served_env(servers):
     procs = {  # the validations run side by side
         env_id: subprocess.Popen(

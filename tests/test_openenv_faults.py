@@ -38,6 +38,7 @@ def _servers_of(infos: list[dict]) -> list[str]:
     return [i["server"] for i in infos]
 
 
+@pytest.mark.slow
 def test_groups_spread_over_servers_and_survive_kill_stall_and_restart(tmp_path, caplog):
     expected = _expected()
     a = corrgrpo_serve(TOY, "split=all", tmp=tmp_path).launch()

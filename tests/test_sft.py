@@ -103,6 +103,7 @@ def test_packed_loss_equals_separate_sequences():
     torch.testing.assert_close(apart[1][0], plain, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_held_out_loss_falls_and_model_folder_is_plain(tmp_path, data):
     from transformers import AutoModelForCausalLM
 

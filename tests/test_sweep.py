@@ -90,6 +90,7 @@ TINY = ["env.num_tasks=16", "model.name_or_path=tiny", "algorithm.group_size=4",
         "rollout.max_new_tokens=8", "train.steps=2", "train.tensorboard=false", "train.log_samples=0"]
 
 
+@pytest.mark.slow
 def test_a_sweep_skips_finished_runs_resumes_torn_ones_and_evaluates_lost_evaluations(tmp_path, capsys):
     weights = tmp_path / "weights.json"
     weights.write_text(json.dumps([[1 / 32, 0, 0], [0, 1, 1]]))
