@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("targets", nargs="+", metavar="ID", help="env ids, env YAML files or package.module:Class")
     c.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
-        help="a keyword for the env's constructor (YAML value), e.g. --set num_tasks=8; repeatable",
+        help="a keyword for the env's constructor (a JSON value, else a string, as corrgrpo serve reads them), e.g. --set num_tasks=8; repeatable",
     )
 
 
@@ -75,26 +75,13 @@ def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
-def _parse_sets(pairs: list[str]) -> dict[str, Any]:
-    import yaml
-
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set {pair!r}: expected KEY=VALUE")
-        parsed = yaml.safe_load(value)
-        # YAML 1.1 reads on/off/yes/no as booleans; only true/false mean a bool here
-        out[key] = value if isinstance(parsed, bool) and value.lower() not in ("true", "false") else parsed
-    return out
-
-
 def run_check(args: argparse.Namespace) -> int:
     """One line per check and env; exit 1 when any check fails, 2 when an env cannot be built."""
     from corrgrpo_envs.checker import check_env
+    from corrgrpo_envs.serve import parse_env_arguments
 
     try:
-        kwargs = _parse_sets(args.set)
+        kwargs = parse_env_arguments(args.set)
     except ValueError as exc:
         print(f"error: {exc}")
         return 2
