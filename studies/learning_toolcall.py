@@ -8,7 +8,14 @@ stage trains on:
   its train split; ``num_tasks``/``seed`` come from the config's env section);
 * ``rlla_test``: the 80 RLLA-4K test rows;
 * ``bfcl``: BFCL ``simple_python`` and ``multiple``, read from the bfcl-eval wheel in
-  ``$BFCL_WHEEL_DIR`` (default ``.cache/bfcl``).
+  ``$BFCL_WHEEL_DIR`` (default ``.cache/bfcl``); ``bfcl_parallel`` and ``bfcl_live_simple``:
+  BFCL's ``parallel`` and ``live_simple`` (parallel calls are scored in any order, as BFCL does);
+* ``api_bank_l1``: API-Bank level 1 (399 rows);
+* ``rlla_sft_eval``: the eval split of the RLLA SFT file (72 of its 400 records, by id hash),
+  held out from an SFT or RL run on its train split.
+
+``--prompt-format house`` renders every data set in one RLLA layout (the env's
+``prompt_format`` option): use the layout the evaluated model trained on.
 
 Every data set is a seeded sample of ``N`` tasks (``--data generated=200``), the same
 for every stage. One result file per (stage, data set) is written under ``--out``
@@ -40,6 +47,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "env_configs" / "toolcall_smollm2.yaml"
 BFCL_CATEGORIES = ("simple_python", "multiple")
+#: the BFCL data sets of ``--data`` and their categories
+BFCL_SETS = {"bfcl": BFCL_CATEGORIES, "bfcl_parallel": ("parallel",), "bfcl_live_simple": ("live_simple",)}
+#: the other data sets of ``--data``: (``env.dataset``, split)
+FIXED_SETS = {"generated": ("generated", "eval"), "rlla_test": ("rlla_test", "all"),
+              "api_bank_l1": ("api_bank_l1", "all"), "rlla_sft_eval": ("rlla_sft", "eval")}
 COMPONENTS = ("function_name", "parameter", "values", "format")
 #: stage pairs compared task by task when both are in the folder (after, before): docs/learning.md's stages
 COMPARISONS = (
@@ -51,9 +63,11 @@ COMPARISONS = (
 
 
 # ---------------------------------------------------------------------------- data sets
-def bfcl_folder(out: Path, wheel_dir: Path | None = None) -> Path:
-    """A BFCL data folder with the ``simple_python`` and ``multiple`` files (and their
-    answers), extracted from the newest ``bfcl_eval-*.whl`` in ``wheel_dir``."""
+def bfcl_folder(out: Path, wheel_dir: Path | None = None, categories: tuple[str, ...] = BFCL_CATEGORIES,
+                name: str = "bfcl") -> Path:
+    """A BFCL data folder (``out/bfcl_data`` for the default categories, else
+    ``out/<name>_data``) with the ``categories``' question files and their answers, extracted
+    from the newest ``bfcl_eval-*.whl`` in ``wheel_dir``."""
     wheel_dir = wheel_dir or Path(os.environ.get("BFCL_WHEEL_DIR", ROOT / ".cache" / "bfcl"))
     wheels = sorted(Path(wheel_dir).glob("bfcl_eval-*.whl"))
     if not wheels:
@@ -61,9 +75,9 @@ def bfcl_folder(out: Path, wheel_dir: Path | None = None) -> Path:
             f"no bfcl_eval-*.whl in {wheel_dir} (pip download --no-deps bfcl-eval -d {wheel_dir}, "
             "or set BFCL_WHEEL_DIR)"
         )
-    target = out / "bfcl_data"
+    target = out / ("bfcl_data" if name == "bfcl" else f"{name}_data")
     with zipfile.ZipFile(wheels[-1]) as zf:
-        for category in BFCL_CATEGORIES:
+        for category in categories:
             for sub in ("", "possible_answer/"):
                 name = f"bfcl_eval/data/{sub}BFCL_v4_{category}.json"
                 dest = target / sub / Path(name).name
@@ -75,13 +89,12 @@ def bfcl_folder(out: Path, wheel_dir: Path | None = None) -> Path:
 
 def dataset_overrides(name: str, out: Path) -> tuple[list[str], str]:
     """Config overrides and split that select data set ``name``."""
-    if name == "generated":
-        return ["env.dataset=generated"], "eval"
-    if name == "rlla_test":
-        return ["env.dataset=rlla_test"], "all"
-    if name == "bfcl":
-        return [f"env.dataset={bfcl_folder(out)}"], "all"
-    raise ValueError(f"--data: unknown data set {name!r} (generated, rlla_test, bfcl)")
+    if name in FIXED_SETS:
+        dataset, split = FIXED_SETS[name]
+        return [f"env.dataset={dataset}"], split
+    if name in BFCL_SETS:
+        return [f"env.dataset={bfcl_folder(out, categories=BFCL_SETS[name], name=name)}"], "all"
+    raise ValueError(f"--data: unknown data set {name!r} ({', '.join([*FIXED_SETS, *BFCL_SETS])})")
 
 
 def sample_ids(task_ids: list[str], n: int | None, seed: int) -> list[str]:
@@ -146,7 +159,8 @@ def evaluate_stage(
     from trainer.evaluate import evaluate
 
     cfg, split = data_config(config, data, args.out,
-                             [f"rollout.max_new_tokens={args.max_new_tokens}", f"train.seed={args.seed}"])
+                             [f"rollout.max_new_tokens={args.max_new_tokens}", f"train.seed={args.seed}",
+                              f"env.prompt_format={args.prompt_format}"])
     probe = data_env(cfg, split)
     ids = sample_ids(list(probe.task_ids), n, args.seed)
     probe.close()
@@ -160,6 +174,7 @@ def evaluate_stage(
     records = result.pop("records")
     result.update(
         stage=stage, source=source, data=data, sample_seed=args.seed, max_new_tokens=args.max_new_tokens,
+        prompt_format=args.prompt_format,
         torch_threads=torch.get_num_threads(), load_average_at_start=load,
         wall_seconds=time.perf_counter() - t0, diagnostics=diagnostics(records),
         answers=[
@@ -354,7 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="eval config (env and model sections)")
     parser.add_argument("--stage", action="append", default=[], help="NAME=base or NAME=checkpoint/model folder")
-    parser.add_argument("--data", action="append", default=[], help="NAME=N: generated, rlla_test, bfcl; N tasks (all: 0)")
+    parser.add_argument("--data", action="append", default=[],
+                        help=f"NAME=N: {', '.join([*FIXED_SETS, *BFCL_SETS])}; N tasks (all: 0)")
+    parser.add_argument("--prompt-format", default="source", choices=("source", "house"),
+                        help="the env's prompt_format: each data set's own prompts, or all in the house RLLA layout")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "learning_toolcall")
     parser.add_argument("--max-new-tokens", type=int, default=144)
     parser.add_argument("--batch-size", type=int, default=8)

@@ -80,6 +80,30 @@ def test_bfcl_folder_extracts_the_two_categories(tmp_path):
     assert len(source) == 600  # BFCL v4: 400 simple_python and 200 multiple questions
 
 
+def test_bfcl_sets_extract_their_own_categories_into_their_own_folders(tmp_path):
+    import os
+
+    wheel_dir = Path(os.environ.get("BFCL_WHEEL_DIR", ROOT / ".cache" / "bfcl"))
+    if not sorted(wheel_dir.glob("bfcl_eval-*.whl")):
+        pytest.skip("bfcl-eval wheel not downloaded (pip download --no-deps bfcl-eval -d .cache/bfcl)")
+    from corrgrpo_envs.toolcall.datasets import DATASETS
+
+    for name, count in (("bfcl_parallel", 200), ("bfcl_live_simple", 258)):
+        (selects,), split = learning_toolcall.dataset_overrides(name, tmp_path)
+        assert split == "all" and selects == f"env.dataset={tmp_path / (name + '_data')}"
+        source = DATASETS.load(tmp_path / f"{name}_data")
+        assert {t["dataset"] for t in source} == {"bfcl_" + name[len("bfcl_"):]} and len(source) == count
+    # BFCL scores its parallel category without order
+    assert all(t["calls_in_any_order"] for t in DATASETS.load(tmp_path / "bfcl_parallel_data"))
+
+
+def test_fixed_data_sets_select_their_dataset_and_split(tmp_path):
+    assert learning_toolcall.dataset_overrides("api_bank_l1", tmp_path) == (["env.dataset=api_bank_l1"], "all")
+    assert learning_toolcall.dataset_overrides("rlla_sft_eval", tmp_path) == (["env.dataset=rlla_sft"], "eval")
+    with pytest.raises(ValueError, match="bfcl_live_simple"):
+        learning_toolcall.dataset_overrides("bfcl_live", tmp_path)
+
+
 def test_evaluate_plays_exactly_the_given_task_ids_and_rejects_unknown_ones():
     from trainer.config import load_config
     from trainer.evaluate import evaluate

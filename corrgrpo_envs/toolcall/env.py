@@ -13,7 +13,8 @@ a list of these.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from corrgrpo_envs.tasks import Task, TaskSource
 from corrgrpo_envs.toolcall.answer_format import render_answer
 from corrgrpo_envs.toolcall.datasets import DATASETS
 from corrgrpo_envs.toolcall.metrics import toolcall_metrics
+from corrgrpo_envs.toolcall.prompts import PROMPT_FORMATS, house_messages
 from corrgrpo_envs.toolcall.rewards import (
     REWARD_HIGH,
     REWARD_LOW,
@@ -31,7 +33,12 @@ from corrgrpo_envs.toolcall.rewards import (
     score_answer,
 )
 
-__all__ = ["ToolCallEnv", "toolcall_metrics", "load_tasks"]
+__all__ = ["ToolCallEnv", "toolcall_metrics", "load_tasks", "in_prompt_format", "REFERENCE_ANSWERS"]
+
+#: ``short``: a one-line ``<think>`` and the expected calls/reply (every data set has them);
+#: ``dataset``: the data set's own ground-truth answer where it ships one (RLLA SFT's reasoning
+#: and calls), else ``short``.
+REFERENCE_ANSWERS = ("short", "dataset")
 
 _REFERENCE_THINK = "I should use the appropriate tools with the right parameters for the user's request."
 _REPLY_THINK = "I should reply to the user directly."
@@ -66,6 +73,22 @@ def load_tasks(
     return DATASETS.load(dataset, format=format, split=split, **(dataset_options or {}))
 
 
+def _split_by_id(splits: Mapping[str, str], task: Task) -> str:
+    return splits[task.id]
+
+
+def in_prompt_format(tasks: TaskSource, prompt_format: str) -> TaskSource:
+    """``tasks`` with their prompts in ``prompt_format`` (one of :data:`PROMPT_FORMATS`); ids,
+    order and train/eval splits are unchanged."""
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"prompt_format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
+    if prompt_format == "source":
+        return tasks
+    restyled = [Task(t.id, {**t.data, "messages": house_messages(t["messages"], t["tools"])}) for t in tasks]
+    splits = {t.id: tasks.split_of(t) for t in tasks}
+    return TaskSource(restyled, name=tasks.name, split_of=functools.partial(_split_by_id, splits))
+
+
 class ToolCallEnv(MultiRewardEnv):
     """Single-turn tool calling with the four RLLA rewards.
 
@@ -83,6 +106,12 @@ class ToolCallEnv(MultiRewardEnv):
         rules: the reward rule set, ``"paper"`` (default: RLLA / ToolRL's rules) or
             ``"strict"`` (unmatched predicted calls cost reward, so hedging with several
             candidate calls does not pay; see :mod:`corrgrpo_envs.toolcall.rewards`).
+        prompt_format: ``"source"`` (default: each data set's prompts as shipped) or
+            ``"house"`` (every data set in one RLLA layout, see
+            :func:`~corrgrpo_envs.toolcall.prompts.house_messages`): train and evaluate in
+            the same words.
+        reference_answers: what :meth:`reference_action` (the SFT target) answers:
+            ``"short"`` (default) or ``"dataset"`` (see :data:`REFERENCE_ANSWERS`).
     """
 
     def __init__(
@@ -95,12 +124,17 @@ class ToolCallEnv(MultiRewardEnv):
         dataset_options: dict[str, Any] | None = None,
         reward_weights: Sequence[float] | None = None,
         rules: str = "paper",
+        prompt_format: str = "source",
+        reference_answers: str = "short",
         **kwargs: Any,
     ):
         if rules not in RULE_SETS:
             raise ValueError(f"rules must be one of {RULE_SETS}, got {rules!r}")
+        if reference_answers not in REFERENCE_ANSWERS:
+            raise ValueError(f"reference_answers must be one of {REFERENCE_ANSWERS}, got {reference_answers!r}")
         self.rules = rules
-        tasks = load_tasks(dataset, format, split, num_tasks, seed, dataset_options)
+        self.reference_answers = reference_answers
+        tasks = in_prompt_format(load_tasks(dataset, format, split, num_tasks, seed, dataset_options), prompt_format)
         super().__init__(
             tasks=tasks,
             reward_names=REWARD_NAMES,
@@ -132,9 +166,12 @@ class ToolCallEnv(MultiRewardEnv):
         return StepOutcome(rewards=score.rewards, terminated=True, info=info)
 
     def reference_action(self, task_id: str) -> list[str]:
-        """The ground-truth answer (short ``<think>``, expected calls, expected reply) as the
-        episode's one message; it scores the maxima."""
+        """The ground-truth answer as the episode's one message: a short ``<think>``, the expected
+        calls and reply; with ``reference_answers="dataset"`` the data set's own answer where it
+        has one. It scores the maxima."""
         task = self.tasks.get(task_id)
+        if self.reference_answers == "dataset" and task.get("ground_truth"):
+            return [task["ground_truth"]]
         calls = task["expected_calls"]
         response = None
         if task["expects_response"]:

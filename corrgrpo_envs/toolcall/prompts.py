@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["system_prompt", "tools_from_system_prompt", "dialogue_history"]
+__all__ = ["system_prompt", "tools_from_system_prompt", "dialogue_history", "PROMPT_FORMATS", "house_messages"]
 
 _INTRO = (
     "You are a helpful multi-turn dialogue assistant that can call tools to solve the "
@@ -116,3 +116,40 @@ def dialogue_history(turns: Sequence[tuple[str, str]]) -> str:
     for tag, text in turns:
         out.append(text if tag == "raw" else f"<{tag}> {text} </{tag}>")
     return "\n".join(out)
+
+
+#: ``source``: each data set's prompts as it ships them; ``house``: every data set in this
+#: module's RLLA layout (:func:`system_prompt` over the task's tool schemas, the dialogue as
+#: :func:`dialogue_history`), so a model trained on one data set meets the same words on another.
+PROMPT_FORMATS = ("source", "house")
+
+_HISTORY_HEADER = "**Dialogue Records History**"
+_HISTORY_TAGS = {"user": "user", "assistant": "response", "tool": "obs"}
+
+
+def _own_text(system: str) -> str:
+    """What a system message says besides an RLLA-layout prompt: all of it when it lists no
+    tools; the preamble of a house prompt; nothing of another RLLA-layout prompt (its intro
+    and format notes are what the house layout replaces)."""
+    if "**Available Tools**" not in system:
+        return system.strip()
+    head = system.split("**Available Tools**", 1)[0]
+    return head[len(_INTRO):].strip() if head.startswith(_INTRO) else ""
+
+
+def house_messages(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """``messages`` in the house layout: one system message from :func:`system_prompt` (the
+    tools, and any system text that is not already an RLLA-layout prompt as its preamble), then
+    one user message holding the dialogue as :func:`dialogue_history`. A dialogue that already is
+    a history (RLLA-4K, API-Bank, the generator) is kept word for word."""
+    preamble = "\n".join(p for m in messages if m.get("role") == "system"
+                         if (p := _own_text(str(m.get("content") or ""))))
+    dialogue = [m for m in messages if m.get("role") != "system"]
+    if len(dialogue) == 1 and str(dialogue[0].get("content") or "").startswith(_HISTORY_HEADER):
+        user = str(dialogue[0]["content"])
+    else:
+        user = dialogue_history([(_HISTORY_TAGS.get(str(m.get("role")), "user"), str(m.get("content") or ""))
+                                 for m in dialogue])
+    return [{"role": "system", "content": system_prompt(tools, preamble)}, {"role": "user", "content": user}]
