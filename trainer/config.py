@@ -241,6 +241,13 @@ class OptimConfig(OptimizerConfig):
     """Sequences per optimizer update (over all processes; default: the whole batch)."""
     micro_batch_size: int | None = num_field(None, Range(low=1, note="(or null: the mini-batch)"))
     """Sequences per forward pass on one process (gradient accumulation; default: the mini-batch)."""
+    share_prefix: bool = False
+    """Run a micro-batch's common prompt prefix through the model once, and each sequence's rest on
+    top of its key/value cache: the same log-probabilities and gradient up to float rounding, at
+    about ``P + G A`` token passes instead of ``G (P + A)`` for a group of G answers of A tokens to
+    one prompt of P (2.8x faster on SmolLM2 with P = 780, A = 110, G = 8). Pays when prompts are
+    long and ``micro_batch_size`` holds whole groups (rollouts are batched group by group). One
+    process (with several, each one's micro-batch runs two forward passes)."""
 
 
 @dataclass

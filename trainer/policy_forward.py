@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["PackedBatch", "pack_episodes", "token_logprobs"]
+__all__ = ["PackedBatch", "pack_episodes", "token_logprobs", "common_prefix_length", "MIN_SHARED_PREFIX"]
 
 
 class PackedBatch:
@@ -56,8 +56,50 @@ def pack_episodes(episodes: Sequence, pad_id: int, device: torch.device) -> Pack
     return PackedBatch(ids.to(device), attn.to(device), mask[:, 1:].to(device), lp[:, 1:].to(device))
 
 
+#: the shortest common prefix worth a separate forward pass (shorter ones run with the rows)
+MIN_SHARED_PREFIX = 16
+
+
+def common_prefix_length(input_ids: torch.Tensor, limit: int) -> int:
+    """Length of the token prefix every row of ``input_ids`` ``[B, L]`` shares, at most ``limit``."""
+    if input_ids.shape[0] < 2 or limit <= 0:
+        return 0
+    ids = input_ids[:, :limit]
+    same = (ids == ids[:1]).all(dim=0)
+    differ = (~same).nonzero()
+    return int(differ[0].item()) if differ.numel() else ids.shape[1]
+
+
+def _forward_logits(model: torch.nn.Module, keep: int, **kwargs) -> torch.Tensor:
+    """The last ``keep`` positions' logits (``logits_to_keep`` when the model takes it)."""
+    try:
+        return model(**kwargs, logits_to_keep=keep).logits
+    except TypeError:  # a model without logits_to_keep
+        return model(**kwargs).logits[:, -keep:]
+
+
+def _shared_prefix_logits(model: torch.nn.Module, batch: PackedBatch, prefix: int, keep: int) -> torch.Tensor:
+    """The logits of :func:`token_logprobs`'s one pass, with the rows' common ``prefix`` run once.
+
+    The prefix goes through the model for one row, its key/value cache is repeated for the
+    ``B`` rows, and the rest of each row runs on top of it. The cache keeps its autograd graph,
+    so the gradient is that of the full pass (each row's share of the prefix's gradient is
+    summed through the repeat), up to float rounding.
+    """
+    B = batch.input_ids.shape[0]
+    head = {"input_ids": batch.input_ids[:1, :prefix], "attention_mask": batch.attention_mask[:1, :prefix],
+            "use_cache": True}
+    try:
+        cache = model(**head, logits_to_keep=1).past_key_values
+    except TypeError:  # a model without logits_to_keep
+        cache = model(**head).past_key_values
+    cache.batch_repeat_interleave(B)
+    return _forward_logits(model, keep, input_ids=batch.input_ids[:, prefix:], attention_mask=batch.attention_mask,
+                           past_key_values=cache, use_cache=True)
+
+
 def token_logprobs(
-    model: torch.nn.Module, batch: PackedBatch, with_entropy: bool = False
+    model: torch.nn.Module, batch: PackedBatch, with_entropy: bool = False, share_prefix: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities ``[B, L-1]`` of each next token, and optionally the entropy.
 
@@ -65,16 +107,24 @@ def token_logprobs(
     (``logits_to_keep``): the prompt prefix needs none, and the vocabulary
     projection and log-softmax are a large part of a step (most of it for big
     vocabularies). Positions before that are returned as 0.
+
+    ``share_prefix``: when the rows share a prompt prefix of at least
+    :data:`MIN_SHARED_PREFIX` tokens (the rollouts of one group), run it once
+    (:func:`_shared_prefix_logits`); a group of G rollouts with a prompt of P
+    tokens and answers of A then costs about ``P + G A`` token passes instead of
+    ``G (P + A)``.
     """
     L = batch.input_ids.shape[1]
     trained = batch.loss_mask.any(dim=0).nonzero()
     first = int(trained[0].item()) if trained.numel() else L - 2
     keep = L - first  # logits of positions first .. L-1 (the last one is dropped below)
-    kwargs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "use_cache": False}
-    try:
-        logits = model(**kwargs, logits_to_keep=keep).logits
-    except TypeError:  # a model without logits_to_keep
-        logits = model(**kwargs).logits[:, first:]
+    # the prefix ends at or before ``first``: every kept position is in the second pass
+    prefix = common_prefix_length(batch.input_ids, first) if share_prefix else 0
+    if prefix >= MIN_SHARED_PREFIX:
+        logits = _shared_prefix_logits(model, batch, prefix, keep)
+    else:
+        logits = _forward_logits(model, keep, input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                 use_cache=False)
     logits = logits[:, :-1].float()
     targets = batch.input_ids[:, first + 1 :]
     # fused log-softmax + gather: -cross_entropy is the log-probability of the target

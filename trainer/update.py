@@ -73,6 +73,9 @@ class PolicyUpdater:
         self.loss_fn, self.loss_cfg, self.optim = loss_fn, loss_cfg, optim
         self.ref_model, self.tis_cap = ref_model, tis_cap
         self.seed = seed
+        if optim.share_prefix and accelerator.num_processes > 1:
+            # DDP and FSDP expect one forward pass of the wrapped model per backward
+            raise ValueError(f"optim.share_prefix: runs on one process only ({accelerator.num_processes} here)")
 
     # ------------------------------------------------------------------ helpers
     def _trainable(self) -> list[torch.Tensor]:
@@ -109,7 +112,7 @@ class PolicyUpdater:
         parts = []
         with torch.no_grad():
             for c in _chunks(torch.arange(len(packed)), micro):
-                lp, _ = token_logprobs(model, packed.index(c))
+                lp, _ = token_logprobs(model, packed.index(c), share_prefix=self.optim.share_prefix)
                 parts.append(torch.nn.functional.pad(lp, (0, width - lp.shape[1])))
         return torch.cat(parts)
 
@@ -183,7 +186,8 @@ class PolicyUpdater:
                     width = sub.loss_mask.shape[1]
                     last = j == len(micro_chunks) - 1
                     with nullcontext() if last else acc.no_sync(self.model):
-                        logp, ent = token_logprobs(self.model, sub, with_entropy=(epoch == 0))
+                        logp, ent = token_logprobs(self.model, sub, with_entropy=(epoch == 0),
+                                                   share_prefix=o.share_prefix)
                         old = old_logp[rows][:, :width] if old_logp is not None else logp.detach()
                         ref = ref_logp[rows][:, :width] if ref_logp is not None else None
                         weights = self._sampler_terms(old, sub, metrics, epoch == 0)
