@@ -105,3 +105,19 @@ def test_share_prefix_trains_a_step_like_the_full_pass(tmp_path):
     assert records[False]["grad_norm"] > 0  # the step updated
     for key in ("grad_norm", "update_norm", "entropy"):
         assert records[True][key] == pytest.approx(records[False][key], rel=1e-4, abs=1e-7), key
+
+
+def test_shared_prefix_falls_back_to_the_plain_pass_under_gradient_checkpointing():
+    from trainer.policy_forward import MIN_SHARED_PREFIX
+
+    torch.manual_seed(0)
+    model, tok = load_model("tiny")
+    prompt = list(range(5, 5 + MIN_SHARED_PREFIX + 4))
+    batch = pack_episodes([_episode(prompt, [40, 41]), _episode(prompt, [42, 43, 44])], tok.pad_token_id,
+                          torch.device("cpu"))
+    plain, _ = token_logprobs(model, batch)
+    model.gradient_checkpointing_enable()
+    model.train()
+    with pytest.warns(UserWarning, match="share_prefix"):
+        shared, _ = token_logprobs(model, batch, share_prefix=True)
+    torch.testing.assert_close(shared, plain, atol=1e-5, rtol=1e-5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -70,6 +71,15 @@ def common_prefix_length(input_ids: torch.Tensor, limit: int) -> int:
     return int(differ[0].item()) if differ.numel() else ids.shape[1]
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, stacklevel=3)
+
+
 def _forward_logits(model: torch.nn.Module, keep: int, **kwargs) -> torch.Tensor:
     """The last ``keep`` positions' logits (``logits_to_keep`` when the model takes it)."""
     try:
@@ -93,6 +103,12 @@ def _shared_prefix_logits(model: torch.nn.Module, batch: PackedBatch, prefix: in
         cache = model(**head, logits_to_keep=1).past_key_values
     except TypeError:  # a model without logits_to_keep
         cache = model(**head).past_key_values
+    if cache is None or not hasattr(cache, "batch_repeat_interleave"):
+        # no usable cache (gradient checkpointing turns it off in training): the plain pass
+        _warn_once("optim.share_prefix: the model returned no key/value cache (gradient checkpointing?); "
+                   "running plain forward passes")
+        return _forward_logits(model, keep, input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                               use_cache=False)
     cache.batch_repeat_interleave(B)
     return _forward_logits(model, keep, input_ids=batch.input_ids[:, prefix:], attention_mask=batch.attention_mask,
                            past_key_values=cache, use_cache=True)
