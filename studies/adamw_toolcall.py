@@ -233,7 +233,30 @@ def analyze(out: Path, estimators: list[str], seeds: list[int], baseline: str = 
             pvalues[f"{e}/{m}"] = entry[m][2]
         res["paired"][e] = entry
     res["holm"] = _holm(pvalues) if pvalues else {}
+    res["per_step"] = {e: per_step_means(out, e, sorted(by_seed)) for e, by_seed in runs.items()}
     return res
+
+
+def per_step_means(out: Path, estimator: str, seeds: list[int]) -> dict[str, list[float]]:
+    """Per step, the mean over seeds of the update and gradient norms, and the share of the seeds
+    whose step had no gradient (every group constant)."""
+    runs = [read_metrics(run_dir(out, estimator, s))[:STEPS] for s in seeds]
+    return {
+        key: [statistics.fmean(float(r[i].get(key) or 0.0) for r in runs) for i in range(STEPS)]
+        for key in ("update_norm", "grad_norm", "skipped_update")
+    }
+
+
+def per_step_markdown(res: dict[str, Any], key: str = "update_norm", block: int = 10) -> str:
+    """``key`` per step and estimator (mean over seeds), in blocks of ``block`` steps."""
+    lines = []
+    for start in range(0, STEPS, block):
+        steps = range(start, min(start + block, STEPS))
+        lines += ["| step | " + " | ".join(str(i + 1) for i in steps) + " |", "|---|" + "---|" * len(steps)]
+        for e, per in res["per_step"].items():
+            lines.append(f"| {e} | " + " | ".join(f"{per[key][i]:.3f}" for i in steps) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def _pm(pair: tuple[float, float], digits: int = 1) -> str:
@@ -302,6 +325,8 @@ def tables_markdown(res: dict[str, Any]) -> str:
             gw_text = f"{gw:.2f}"
         lines.append(f"| {e} | " + " | ".join(f"{st[f'share/{c}'][0]:.2f}" for c in COMPONENTS)
                      + f" | {gw_text} | {st['zero_variance_fraction'][0]:.2f} | {st['update_norm_skipped'][0]:.4f} |")
+    if res.get("per_step"):
+        lines += ["", "#### update norm per step (mean over seeds)", "", per_step_markdown(res)]
     return "\n".join(lines) + "\n"
 
 

@@ -103,3 +103,14 @@ def test_mean_runs_average_the_plotted_curves(finished):
     # step 5: skipped in seed 0 only -> mean of 0.01, 0.1, 0.1
     assert rows[4]["update_norm"] == pytest.approx(0.07)
     assert "zero_variance_fraction" not in rows[4]
+
+
+def test_per_step_means_over_seeds(finished):
+    res = study.analyze(finished, ["grpo", "corrgrpo"], [0, 1, 2])
+    per = res["per_step"]["corrgrpo"]
+    assert len(per["update_norm"]) == study.STEPS
+    assert per["update_norm"][4] == pytest.approx(0.07)      # step 5: skipped in seed 0 only
+    assert per["skipped_update"][4] == pytest.approx(1 / 3)
+    assert per["grad_norm"][0] == pytest.approx(0.25)
+    md = study.per_step_markdown(res)
+    assert md.count("| step |") == 3 and "| corrgrpo | 0.100 |" in md
