@@ -52,3 +52,29 @@ def test_resume_auto_falls_back_past_a_torn_checkpoint_and_a_fresh_start_keeps_m
     old = list(run.glob("metrics.jsonl.old-*"))
     assert len(old) == 1 and old[0].read_text().count("\n") == 3
     assert "moved them aside" in caplog.text
+
+
+def test_keep_checkpoints_deletes_the_older_folders_and_resume_uses_the_newest(tmp_path):
+    run = tmp_path / "run"
+    Trainer(_cfg(run, steps=3, save_every=1, keep_checkpoints=2)).train()
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    resumed = Trainer(_cfg(run, steps=4, save_every=1, keep_checkpoints=2, resume="auto"))
+    assert resumed.start_step == 3
+    resumed.train()
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-4"]
+
+
+def test_prune_checkpoints_keeps_the_highest_steps_and_other_files(tmp_path):
+    import pytest
+
+    from trainer.checkpoint import prune_checkpoints
+
+    for step in (5, 10, 40, 100):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    (tmp_path / "checkpoint-notes").mkdir()
+    (tmp_path / "model").mkdir()
+    deleted = prune_checkpoints(tmp_path, 2)
+    assert sorted(p.name for p in deleted) == ["checkpoint-10", "checkpoint-5"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-100", "checkpoint-40", "checkpoint-notes", "model"]
+    with pytest.raises(ValueError, match="keep"):
+        prune_checkpoints(tmp_path, 0)

@@ -49,6 +49,7 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "latest_checkpoint",
+    "prune_checkpoints",
     "checkpoint_problem",
     "MANIFEST",
     "CheckpointError",
@@ -342,6 +343,19 @@ def checkpoint_problem(path: str | Path) -> str | None:
         if problem:
             return f"model/{problem}"
     return None
+
+
+def prune_checkpoints(run_dir: str | Path, keep: int) -> list[Path]:
+    """Delete all but the ``keep`` highest-step ``checkpoint-<step>`` folders of ``run_dir``
+    (``keep`` >= 1); returns the deleted folders."""
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    found = sorted(((int(m.group(1)), p) for p in Path(run_dir).glob("checkpoint-*")
+                    if (m := _NAME.fullmatch(p.name)) and p.is_dir()), reverse=True)
+    old = [p for _, p in found[keep:]]
+    for p in old:
+        shutil.rmtree(p)
+    return old
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:

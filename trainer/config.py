@@ -265,6 +265,9 @@ class RunConfig:
     """Save a checkpoint every N steps (0: only at the end)."""
     save_final: bool = True
     """Save a checkpoint after the last step."""
+    keep_checkpoints: int = num_field(0, Range(low=0, note="(0: all)"))
+    """Keep only the newest N ``checkpoint-<step>`` folders: after each save the older ones are
+    deleted (each holds the weights and AdamW's two moments, three times the model's size)."""
     resume: str | None = None
     """Checkpoint folder to resume from, or ``auto`` for the latest one in the run folder."""
     progress: bool = True

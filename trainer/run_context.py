@@ -175,9 +175,9 @@ class RunContext:
 
     def save(self, step: int) -> Path:
         """Write ``checkpoint-<step>`` of the state after ``step`` steps (every process calls it)."""
-        from trainer.checkpoint import save_run_checkpoint
+        from trainer.checkpoint import prune_checkpoints, save_run_checkpoint
 
-        return save_run_checkpoint(
+        path = save_run_checkpoint(
             self.output_dir,
             step,
             accelerator=self.accelerator,
@@ -187,6 +187,9 @@ class RunContext:
             scheduler=self.scheduler,
             config=self.config,
         )
+        if self.run_cfg.keep_checkpoints and self.is_main:
+            prune_checkpoints(self.output_dir, self.run_cfg.keep_checkpoints)
+        return path
 
     def save_model(self, folder: Path) -> None:
         """The model as a plain transformers folder (merged for LoRA, gathered under FSDP);
