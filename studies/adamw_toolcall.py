@@ -348,6 +348,12 @@ def write_mean_runs(out: Path, estimators: list[str], seeds: list[int]) -> list[
                     vals = [r[i].get(key) for r in runs]
                     if key.startswith(keep) and all(isinstance(v, (int, float)) for v in vals):
                         rec[key] = statistics.fmean(vals)
+                mats = [r[i]["reward_correlation"] for r in runs if r[i].get("reward_correlation")]
+                if mats:  # entry by entry, over the seeds that have it
+                    k = len(mats[0])
+                    rec["reward_correlation"] = [
+                        [statistics.fmean(v) if (v := [m[a][b] for m in mats if m[a][b] is not None]) else None
+                         for b in range(k)] for a in range(k)]
                 f.write(json.dumps(rec) + "\n")
         dirs.append(d)
     return dirs

@@ -59,7 +59,10 @@ def plot_runs(
     extra += [f"group_weight/{n}/median" for n in all_names] + ["grad_norm", "update_norm"]
     keys += [k for k in extra if k in logged]
     n_curves = len(keys)
-    n_heat = len(runs)
+    # a correlation panel for each run that logged a matrix
+    heat = [(records, label) for records, label in zip(runs, labels)
+            if any(r.get("reward_correlation") for r in records)]
+    n_heat = len(heat)
     cols = max(3, min(4, n_curves))
     rows_curves = -(-n_curves // cols)
     rows_heat = -(-n_heat // cols)
@@ -72,21 +75,19 @@ def plot_runs(
     for i, key in enumerate(keys):
         ax = axes[i // cols][i % cols]
         ax.set_visible(True)
-        for records, label in zip(runs, labels):
+        for idx, (records, label) in enumerate(zip(runs, labels)):
             steps = np.array([r["step"] for r in records if r.get(key) is not None])
             y = np.array([r[key] for r in records if r.get(key) is not None], dtype=float)
-            if len(y):
-                ax.plot(steps, _smooth(y, smooth), label=label)
+            if len(y):  # one colour per run in every panel, also where another run logged nothing
+                ax.plot(steps, _smooth(y, smooth), label=label, color=f"C{idx % 10}")
         ax.set_title(key[7:-5] if key.startswith("reward/") else key)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     if keys:
         axes[0][0].legend(fontsize=8)
-    for j, (records, label) in enumerate(zip(runs, labels)):
+    for j, (records, label) in enumerate(heat):
         ax = axes[rows_curves + j // cols][j % cols]
         mats = [r["reward_correlation"] for r in records if r.get("reward_correlation")]
-        if not mats:
-            continue
         ax.set_visible(True)
         m = np.array([[np.nan if v is None else v for v in row] for row in mats[-1]], float)
         names = records[-1].get("reward_names") or all_names
