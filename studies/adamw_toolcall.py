@@ -169,11 +169,16 @@ def step_summary(records: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def step_ratios(run: list[dict[str, Any]], base: list[dict[str, Any]], key: str) -> list[float]:
+    """``run[key] / base[key]`` at each step both runs updated (same seed, same step)."""
+    by_step = {r["step"]: r for r in base if not r.get("skipped_update") and r.get(key)}
+    return [float(r[key]) / float(by_step[r["step"]][key]) for r in run
+            if not r.get("skipped_update") and r.get(key) and r["step"] in by_step]
+
+
 def paired_step_ratio(run: list[dict[str, Any]], base: list[dict[str, Any]], key: str) -> float:
     """Median over the steps both runs updated of ``run[key] / base[key]`` (same seed, same step)."""
-    by_step = {r["step"]: r for r in base if not r.get("skipped_update") and r.get(key)}
-    ratios = [float(r[key]) / float(by_step[r["step"]][key]) for r in run
-              if not r.get("skipped_update") and r.get(key) and r["step"] in by_step]
+    ratios = step_ratios(run, base, key)
     return statistics.median(ratios) if ratios else float("nan")
 
 
@@ -226,9 +231,11 @@ def analyze(out: Path, estimators: list[str], seeds: list[int], baseline: str = 
             gained, lost = gained + change["gained"], lost + change["lost"]
         entry["tasks"] = {"gained": gained, "lost": lost}
         for key in ("update_norm", "grad_norm", "advantage/abs_mean"):
-            entry[f"step_ratio/{key}"] = [
-                paired_step_ratio(read_metrics(run_dir(out, e, s)), read_metrics(run_dir(out, baseline, s)), key)
-                for s in common]
+            per_seed = [step_ratios(read_metrics(run_dir(out, e, s)), read_metrics(run_dir(out, baseline, s)), key)
+                        for s in common]
+            entry[f"step_ratio/{key}"] = [statistics.median(r) if r else float("nan") for r in per_seed]
+            pooled = [x for r in per_seed for x in r]
+            entry[f"step_ratio_range/{key}"] = [min(pooled), max(pooled)] if pooled else [float("nan")] * 2
         for m in METRICS:
             pvalues[f"{e}/{m}"] = entry[m][2]
         res["paired"][e] = entry
@@ -299,7 +306,7 @@ def tables_markdown(res: dict[str, Any]) -> str:
             lines.append(f"| {e} | {cells[0]} | {p['tasks']['gained']} / {p['tasks']['lost']} | "
                          + " | ".join(cells[1:]) + " |")
         lines += ["", "#### the optimizer's step, against the same seed's " + BASELINE, "",
-                  "| estimator | mean update norm | ratio (median over shared steps, per seed) | mean grad norm "
+                  "| estimator | mean update norm | ratio (median over shared steps, per seed; all steps' range) | mean grad norm "
                   "| ratio | mean abs(A) | ratio |", "|---|---|---|---|---|---|---|"]
         base = res["estimators"].get(BASELINE)
         if base:
@@ -309,7 +316,8 @@ def tables_markdown(res: dict[str, Any]) -> str:
             st = res["estimators"][e]
 
             def ratios(key: str, p: dict[str, Any] = p) -> str:
-                return ", ".join(f"{x:.2f}" for x in p[f"step_ratio/{key}"])
+                low, high = p[f"step_ratio_range/{key}"]
+                return ", ".join(f"{x:.2f}" for x in p[f"step_ratio/{key}"]) + f" (steps: {low:.2f}-{high:.2f})"
             lines.append(f"| {e} | {_pm(st['update_norm'], 4)} | {ratios('update_norm')} | {_pm(st['grad_norm'], 3)} "
                          f"| {ratios('grad_norm')} | {_pm(st['advantage_abs_mean'], 3)} | {ratios('advantage/abs_mean')} |")
     lines += ["", "#### the weights: absolute share of the advantages per component, median group weight "

@@ -114,3 +114,9 @@ def test_per_step_means_over_seeds(finished):
     assert per["grad_norm"][0] == pytest.approx(0.25)
     md = study.per_step_markdown(res)
     assert md.count("| step |") == 3 and "| corrgrpo | 0.100 |" in md
+
+
+def test_step_ratios_range_over_seeds(finished):
+    res = study.analyze(finished, ["grpo", "corrgrpo"], [0, 1, 2])
+    assert res["paired"]["corrgrpo"]["step_ratio_range/grad_norm"] == pytest.approx([0.5, 0.5])
+    assert "(steps: 1.00-1.00)" in study.tables_markdown(res)
