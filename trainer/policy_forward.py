@@ -71,21 +71,19 @@ def common_prefix_length(input_ids: torch.Tensor, limit: int) -> int:
     return int(differ[0].item()) if differ.numel() else ids.shape[1]
 
 
-_WARNED: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    if message not in _WARNED:
-        _WARNED.add(message)
-        warnings.warn(message, stacklevel=3)
+def _forward(model: torch.nn.Module, keep: int, **kwargs) -> tuple[torch.Tensor, object]:
+    """The last ``keep`` positions' logits (``logits_to_keep`` when the model takes it) and the
+    model's key/value cache (``None`` without ``use_cache``)."""
+    try:
+        out = model(**kwargs, logits_to_keep=keep)
+        return out.logits, out.past_key_values
+    except TypeError:  # a model without logits_to_keep
+        out = model(**kwargs)
+        return out.logits[:, -keep:], out.past_key_values
 
 
 def _forward_logits(model: torch.nn.Module, keep: int, **kwargs) -> torch.Tensor:
-    """The last ``keep`` positions' logits (``logits_to_keep`` when the model takes it)."""
-    try:
-        return model(**kwargs, logits_to_keep=keep).logits
-    except TypeError:  # a model without logits_to_keep
-        return model(**kwargs).logits[:, -keep:]
+    return _forward(model, keep, **kwargs)[0]
 
 
 def _shared_prefix_logits(model: torch.nn.Module, batch: PackedBatch, prefix: int, keep: int) -> torch.Tensor:
@@ -97,16 +95,13 @@ def _shared_prefix_logits(model: torch.nn.Module, batch: PackedBatch, prefix: in
     summed through the repeat), up to float rounding.
     """
     B = batch.input_ids.shape[0]
-    head = {"input_ids": batch.input_ids[:1, :prefix], "attention_mask": batch.attention_mask[:1, :prefix],
-            "use_cache": True}
-    try:
-        cache = model(**head, logits_to_keep=1).past_key_values
-    except TypeError:  # a model without logits_to_keep
-        cache = model(**head).past_key_values
+    _, cache = _forward(model, 1, input_ids=batch.input_ids[:1, :prefix],
+                        attention_mask=batch.attention_mask[:1, :prefix], use_cache=True)
     if cache is None or not hasattr(cache, "batch_repeat_interleave"):
-        # no usable cache (gradient checkpointing turns it off in training): the plain pass
-        _warn_once("optim.share_prefix: the model returned no key/value cache (gradient checkpointing?); "
-                   "running plain forward passes")
+        # no usable cache (gradient checkpointing turns it off in training): the plain pass;
+        # Python's default warning filter shows this once per run
+        warnings.warn("optim.share_prefix: the model returned no key/value cache (gradient checkpointing?); "
+                      "running plain forward passes", stacklevel=3)
         return _forward_logits(model, keep, input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                                use_cache=False)
     cache.batch_repeat_interleave(B)
