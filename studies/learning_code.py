@@ -41,7 +41,11 @@ DEFAULT_LEETCODE_TEST = ROOT.parent / "shared" / "data" / "leetcodedataset" / "L
 REWARDS = ("format", "syntax", "compile", "runtime", "correct", "ast_similarity", "efficiency")
 BINARY = ("format", "syntax", "compile", "runtime", "correct")
 #: stage pairs compared task by task when both stages are in the folder (after, before)
-COMPARISONS = (("sft", "base"), ("rl_base", "base"), ("rl_sft", "sft"), ("rl_sft", "base"))
+COMPARISONS = (
+    ("sft", "base"), ("rl_base", "base"), ("rl_sft", "sft"), ("rl_sft", "base"),
+    # the estimator comparison from one SFT start (docs/learning.md, "GRPO against CorrGRPO on code")
+    ("rl_sft_grpo", "sft"), ("rl_sft_corrgrpo", "sft"), ("rl_sft_corrgrpo", "rl_sft_grpo"),
+)
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -167,6 +171,7 @@ def run_curves(folder: Path) -> dict[str, Any]:
         "k_eff": series("k_eff/mean"),
         "zero_variance_fraction": series("zero_variance_fraction"),
         "advantage_abs_mean": series("advantage/abs_mean"),
+        "grad_norm": series("grad_norm"), "update_norm": series("update_norm"),
         "completion_length": series("completion_length/mean"),
         "step_seconds": series("time/step"),
         "cov_share": {name: series(f"cov_share/{name}") for name in names},
@@ -337,7 +342,9 @@ def run_table(name: str, c: dict[str, Any]) -> str:
     rows = [("weighted", c["weighted"])] + [(k, v) for k, v in c["means"].items()] + [
         ("c_q median", c["c_q_median"]), ("c_q p10", c.get("c_q_p10", [])), ("c_q p90", c.get("c_q_p90", [])),
         ("K_eff", c["k_eff"]), ("zero-variance groups", c["zero_variance_fraction"]),
-        ("mean abs advantage", c["advantage_abs_mean"]), ("completion tokens", c["completion_length"]),
+        ("mean abs advantage", c["advantage_abs_mean"]),
+        ("gradient norm before clipping", c.get("grad_norm", [])), ("update norm", c.get("update_norm", [])),
+        ("completion tokens", c["completion_length"]),
         ("seconds per step", c["step_seconds"]),
     ] + [(f"cov share {k}", v) for k, v in c["cov_share"].items()]
     for label, values in rows:
@@ -349,6 +356,39 @@ def run_table(name: str, c: dict[str, Any]) -> str:
                  f"| | {' | '.join(names)} |\n|---|{'---|' * len(names)}\n")
         for i, row_name in enumerate(names):
             text += f"| {row_name} | {' | '.join(f'{m[i, j]:.2f}' for j in range(len(names)))} |\n"
+    return text
+
+
+#: per-step figures compared between runs of one config (same seed and tasks, other estimator)
+OPTIMIZER_KEYS = ("advantage/abs_mean", "grad_norm", "update_norm")
+
+
+def paired_run_ratios(folders: dict[str, str]) -> dict[str, dict[str, dict[str, float]]]:
+    """Each run's per-step ``OPTIMIZER_KEYS`` over the first run's, on the steps both updated
+    (the runs share the seed, so step t draws the same tasks until their policies differ):
+    median, min and max of the ratios, and how many steps they cover."""
+    from studies.adamw_toolcall import read_metrics, step_ratios
+
+    names = list(folders)
+    base = read_metrics(Path(folders[names[0]]))
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name in names[1:]:
+        run = read_metrics(Path(folders[name]))
+        out[f"{name}/{names[0]}"] = {
+            key: ({"median": float(np.median(r)), "min": float(min(r)), "max": float(max(r)), "steps": len(r)}
+                  if (r := step_ratios(run, base, key)) else {"median": float("nan"), "min": float("nan"),
+                                                                "max": float("nan"), "steps": 0})
+            for key in OPTIMIZER_KEYS
+        }
+    return out
+
+
+def ratios_text(ratios: dict[str, dict[str, dict[str, float]]]) -> str:
+    text = ("\n#### Paired by step: one run's optimizer figures over another's\n\n"
+            "| runs | figure | median ratio | min | max | steps |\n|---|---|---|---|---|---|\n")
+    for pair, by_key in ratios.items():
+        for key, r in by_key.items():
+            text += f"| {pair} | {key} | {_f(r['median'], 2)} | {_f(r['min'], 2)} | {_f(r['max'], 2)} | {r['steps']} |\n"
     return text
 
 
@@ -393,6 +433,11 @@ def main(argv: list[str] | None = None) -> int:
             per_step = cfg.algorithm.group_size * cfg.algorithm.prompts_per_step
             groups[name] = group_analysis(Path(folder), list(cfg.algorithm.reward_weights), per_step)
     text, numbers = report(results, runs, groups)
+    run_folders = dict(name_value_pairs(args.run, "--run"))
+    if len(run_folders) >= 2:
+        ratios = paired_run_ratios(run_folders)
+        text += ratios_text(ratios)
+        numbers["paired_step_ratios"] = ratios
     (args.out / "report.md").write_text(text, encoding="utf-8")
     (args.out / "report.json").write_text(json.dumps(numbers, indent=2, default=str), encoding="utf-8")
     print(text)

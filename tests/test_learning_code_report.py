@@ -113,3 +113,29 @@ def test_group_analysis_recomputes_the_multiplier_and_the_cost_of_a_duplicate(tm
     assert shares["grpo"] == pytest.approx(3.4641 / (3.4641 + 3.0984), rel=1e-4)
     ca, cb = by_task["a"]["c_q"], by_task["b"]["c_q"]
     assert shares["corrgrpo"] == pytest.approx(3.4641 * ca / (3.4641 * ca + 3.0984 * cb), rel=1e-4)
+
+
+def test_paired_run_ratios_cover_the_steps_both_runs_updated(tmp_path):
+    # run b's advantages are half of a's, its gradient 0.6 of it, its update 0.9 of it (1.2 at step 3);
+    # step 2 of run a had no gradient, so step 2 is left out of every ratio
+    def write(folder, rows):
+        folder.mkdir()
+        (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+
+    write(tmp_path / "a", [
+        {"step": 1, "advantage/abs_mean": 0.8, "grad_norm": 1.0, "update_norm": 0.1},
+        {"step": 2, "advantage/abs_mean": 0.0, "grad_norm": 0.0, "update_norm": 0.02, "skipped_update": True},
+        {"step": 3, "advantage/abs_mean": 0.8, "grad_norm": 2.0, "update_norm": 0.1},
+    ])
+    write(tmp_path / "b", [
+        {"step": 1, "advantage/abs_mean": 0.4, "grad_norm": 0.6, "update_norm": 0.09},
+        {"step": 2, "advantage/abs_mean": 0.4, "grad_norm": 0.6, "update_norm": 0.09},
+        {"step": 3, "advantage/abs_mean": 0.4, "grad_norm": 1.2, "update_norm": 0.12},
+    ])
+    ratios = learning_code.paired_run_ratios({"a": str(tmp_path / "a"), "b": str(tmp_path / "b")})
+    r = ratios["b/a"]
+    assert r["advantage/abs_mean"] == pytest.approx({"median": 0.5, "min": 0.5, "max": 0.5, "steps": 2})
+    assert r["grad_norm"] == pytest.approx({"median": 0.6, "min": 0.6, "max": 0.6, "steps": 2})
+    assert r["update_norm"] == pytest.approx({"median": 1.05, "min": 0.9, "max": 1.2, "steps": 2})
+    text = learning_code.ratios_text(ratios)
+    assert "| b/a | update_norm | 1.05 | 0.90 | 1.20 | 2 |" in text
