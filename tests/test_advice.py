@@ -145,3 +145,27 @@ def test_advice_on_the_study_settings_agrees_with_the_study(study_runs):
     # neither: K_eff 2.0 / 1.65, no zero-variance groups, every reward varies
     for found in (toy, unit):
         assert not {"k_eff_one", "zero_variance", "never_varies"} & set(found)
+
+
+def _drifting_run(tmp_path: Path, name: str, grads: list[float]) -> Path:
+    run = tmp_path / name
+    run.mkdir()
+    with open(run / "metrics.jsonl", "w") as f:
+        for step, g in enumerate(grads, 1):
+            f.write(json.dumps(_record(step, grad_norm=g, **{"c_q/median": 1.0 + g})) + "\n")
+    return run
+
+
+def test_a_drifting_gradient_norm(tmp_path):
+    # 12 steps: windows of the first and last 2 steps with a gradient (a skipped step, 0, is left out)
+    rising = [0.1, 0.1, 0.0, 0.15, 0.12, 0.13, 0.14, 0.16, 0.18, 0.2, 0.25, 0.25]
+    (finding,) = advise([_drifting_run(tmp_path, "rising", rising)])
+    assert finding.condition == "grad_drift"
+    assert finding.numbers["grad_norm"] == pytest.approx(
+        {"first": 0.1, "last": 0.25, "ratio": 2.5, "steps": 11, "window": 2})
+    assert "went from 0.1 to 0.25 (2.50x; medians of the first and last 2 of 11 steps" in finding.summary
+    assert "median c_q 1.1 -> 1.25" in finding.summary
+    assert _conditions([_drifting_run(tmp_path, "falling", rising[::-1])]) == {"grad_drift"}
+    # just inside the threshold, or too few steps: off
+    assert _conditions([_drifting_run(tmp_path, "near", [0.1] * 6 + [0.19] * 6)]) == set()
+    assert _conditions([_drifting_run(tmp_path, "short", [0.1] * 4 + [0.5] * 5)]) == set()

@@ -14,6 +14,8 @@ never_varies      a component varies in <= 1 % of the groups (``active_fraction`
                   its diagonal entry of the correlation matrix is 0 at every step)
 zero_variance     >= 50 % of the groups have no reward variance at all
 c_q_far           CorrGRPO's median multiplier ``c_q`` is outside [0.5, 2]
+grad_drift        the gradient norm's median over the last fifth of the steps is >= 2x (or
+                  <= 0.5x) that over the first fifth (>= 10 steps with a gradient)
 update_norms      (several runs) the mean ``||delta theta||`` differs by >= 1.5x between runs
 ================  ===========================================================================
 """
@@ -73,6 +75,14 @@ ADVICE: dict[str, tuple[str, str]] = {
         "correlation term",
         f"{STUDY}#what-it-means",
     ),
+    "grad_drift": (
+        "AdamW scales a step by the gradient relative to the run's own history (its second moment averages "
+        "the past squared gradients), so a gradient that grows makes the later steps larger, whatever its "
+        "level; on code, CorrGRPO's c_q rose over the run and its update went from 0.96x GRPO's (steps 1-10) "
+        "to 1.28x (steps 31-40) with a gradient 13x smaller; compare update norms between runs before "
+        "crediting the estimator, or clip to a norm the gradient reaches",
+        f"{LEARNING}#grpo-against-corrgrpo-on-code-from-one-sft-start",
+    ),
     "update_norms": (
         "the runs moved their parameters by different amounts per step; under AdamW a uniform scale of the "
         "advantages cancels, so the difference comes from clipping, the learning rate, or how groups and steps "
@@ -94,6 +104,8 @@ class Thresholds:
     c_q_low: float = 0.5
     c_q_high: float = 2.0
     update_norm_ratio: float = 1.5
+    grad_drift: float = 2.0
+    grad_drift_min_steps: int = 10
 
 
 @dataclass
@@ -130,6 +142,17 @@ def _names(records: Sequence[dict[str, Any]]) -> list[str]:
     return sorted({k[7:-5] for r in records for k in r if k.startswith("reward/") and k.endswith("/mean")} - {"weighted"})
 
 
+def _drift(values: Sequence[Any]) -> dict[str, float] | None:
+    """Median of the last fifth of the finite positive ``values`` over that of the first fifth
+    (at least 2 values each), with the count; None for fewer than 4 values."""
+    kept = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+    if len(kept) < 4:
+        return None
+    window = max(2, len(kept) // 5)
+    first, last = float(np.median(kept[:window])), float(np.median(kept[-window:]))
+    return {"first": first, "last": last, "ratio": last / first, "steps": len(kept), "window": window}
+
+
 def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The run-level numbers the conditions are judged on (means over the logged steps)."""
     names = _names(records)
@@ -138,6 +161,8 @@ def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["active_fraction"] = {n: _mean(records, f"active_fraction/{n}") for n in names}
     for key in ("k_eff/mean", "zero_variance_fraction", "c_q/median", "update_norm", "grad_norm"):
         out[key] = _mean(records, key)
+    out["grad_norm_drift"] = _drift([r.get("grad_norm") for r in records])
+    out["c_q_drift"] = _drift([r.get("c_q/median") for r in records])
     mats = [np.array([[np.nan if v is None else v for v in row] for row in r["reward_correlation"]], float)
             for r in records if r.get("reward_correlation")]
     if mats:
@@ -188,6 +213,17 @@ def _run_findings(run: str, s: dict[str, Any], t: Thresholds) -> list[Finding]:
     if c_q is not None and not t.c_q_low <= c_q <= t.c_q_high:
         found.append(Finding("c_q_far", run, f"CorrGRPO's median c_q is {c_q:.2f} (outside "
                              f"[{t.c_q_low}, {t.c_q_high}])", {"c_q_median": c_q}))
+    drift = s.get("grad_norm_drift")
+    if drift is not None and drift["steps"] >= t.grad_drift_min_steps and not (
+            1 / t.grad_drift < drift["ratio"] < t.grad_drift):
+        c_q = s.get("c_q_drift")
+        also = f"; CorrGRPO's median c_q {c_q['first']:.3g} -> {c_q['last']:.3g}" if c_q else ""
+        found.append(Finding(
+            "grad_drift", run,
+            f"the gradient norm went from {drift['first']:.3g} to {drift['last']:.3g} ({drift['ratio']:.2f}x; medians "
+            f"of the first and last {drift['window']} of {drift['steps']} steps with a gradient){also}",
+            {"grad_norm": drift, "c_q_median": c_q},
+        ))
     return found
 
 
