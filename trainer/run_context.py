@@ -8,7 +8,8 @@ shared config sections (``model``, ``optim`` and the common part of ``train``):
   shards either command's model, on CPU processes too) and the seeding of every RNG;
 * the model and tokenizer, with gradient checkpointing and LoRA adapters;
 * AdamW over the trainable parameters and THE learning-rate schedule (:func:`lr_factor`);
-* the run folder, its ``config.json``, the metrics logger, the progress bar;
+* the run folder (locked against a second run, :mod:`trainer.run_lock`), its ``config.json``,
+  the metrics logger, the progress bar;
 * checkpoints and resuming (``train.resume``), and the step loop with its save points.
 
 A command builds its own parts (environments, data, loss) between
@@ -99,6 +100,7 @@ class RunContext:
         self.scheduler: Any = None
         self.tokenizer: Any = None
         self.logger: Any = None
+        self._lock: Any = None  # the run folder's lock (trainer.run_lock), held from start() to close()
         seed_everything(run.seed)
 
     def per_process(self, key: str, value: int) -> int:
@@ -144,9 +146,12 @@ class RunContext:
 
         Returns the checkpoint resumed from (None: a fresh start) and its step.
         """
+        from trainer.run_lock import lock_run_folder
         from trainer.run_logger import RunLogger
 
         run = self.run_cfg
+        if self.is_main:  # before anything in the folder is read or moved
+            self._lock = lock_run_folder(self.output_dir)
         self.logger = RunLogger(self.output_dir, tensorboard=run.tensorboard, enabled=self.is_main)
         path, step = self._resume(run.resume) if run.resume else (None, 0)
         if self.is_main:
@@ -228,7 +233,10 @@ class RunContext:
                     save_fn(step + 1)
 
     def close(self) -> None:
-        """Close the logger and wait for every process."""
+        """Close the logger, wait for every process and release the run folder."""
         if self.logger is not None:
             self.logger.close()
         self.accelerator.wait_for_everyone()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None

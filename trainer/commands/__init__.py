@@ -90,7 +90,10 @@ def run_training(
     cfg = load_or_report(load, args, console)
     if cfg is None:
         return 2
-    known = tuple(errors or {})
+    from trainer.run_lock import RunFolderInUse
+
+    errors = {RunFolderInUse: 1, **(errors or {})}
+    known = tuple(errors)
     try:
         trainer = build(cfg)
         if trainer.accelerator.is_main_process:
@@ -98,7 +101,7 @@ def run_training(
         out = trainer.train()
     except known as exc:
         console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
-        return next(code for kind, code in (errors or {}).items() if isinstance(exc, kind))
+        return next(code for kind, code in errors.items() if isinstance(exc, kind))
     if trainer.accelerator.is_main_process:
         summary(console, out)
     return 0
