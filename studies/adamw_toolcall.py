@@ -137,10 +137,10 @@ def call_task_exact(result: dict[str, Any]) -> dict[str, bool]:
 
 
 def read_metrics(d: Path) -> list[dict[str, Any]]:
-    path = d / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    """A run's records (``trainer.run_logger.read_metrics``); none for a run not started yet."""
+    from trainer.run_logger import read_metrics as read_run_metrics
+
+    return read_run_metrics(d) if (d / "metrics.jsonl").exists() else []
 
 
 def step_summary(records: list[dict[str, Any]]) -> dict[str, float]:

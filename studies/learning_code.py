@@ -367,20 +367,18 @@ def paired_run_ratios(folders: dict[str, str]) -> dict[str, dict[str, dict[str, 
     """Each run's per-step ``OPTIMIZER_KEYS`` over the first run's, on the steps both updated
     (the runs share the seed, so step t draws the same tasks until their policies differ):
     median, min and max of the ratios, and how many steps they cover."""
-    from studies.adamw_toolcall import read_metrics, step_ratios
+    from studies.adamw_toolcall import step_ratios
+    from trainer.run_logger import read_metrics
 
-    names = list(folders)
-    base = read_metrics(Path(folders[names[0]]))
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    for name in names[1:]:
-        run = read_metrics(Path(folders[name]))
-        out[f"{name}/{names[0]}"] = {
-            key: ({"median": float(np.median(r)), "min": float(min(r)), "max": float(max(r)), "steps": len(r)}
-                  if (r := step_ratios(run, base, key)) else {"median": float("nan"), "min": float("nan"),
-                                                                "max": float("nan"), "steps": 0})
-            for key in OPTIMIZER_KEYS
-        }
-    return out
+    def stats(r: list[float]) -> dict[str, float]:
+        if not r:
+            return {"median": float("nan"), "min": float("nan"), "max": float("nan"), "steps": 0}
+        return {"median": float(np.median(r)), "min": float(min(r)), "max": float(max(r)), "steps": len(r)}
+
+    (first, base_dir), *others = folders.items()
+    base = read_metrics(base_dir)
+    return {f"{name}/{first}": {key: stats(step_ratios(read_metrics(folder), base, key)) for key in OPTIMIZER_KEYS}
+            for name, folder in others}
 
 
 def ratios_text(ratios: dict[str, dict[str, dict[str, float]]]) -> str:
@@ -424,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         if data in ("humaneval", "leetcode_test"):
             results.append(from_eval_json(f, stage, data))
     runs, groups = {}, {}
-    for name, folder in name_value_pairs(args.run, "--run"):
+    run_folders = dict(name_value_pairs(args.run, "--run"))
+    for name, folder in run_folders.items():
         runs[name] = run_curves(Path(folder))
         if (Path(folder) / "samples.jsonl").exists():
             from trainer.config import load_config
@@ -433,7 +432,6 @@ def main(argv: list[str] | None = None) -> int:
             per_step = cfg.algorithm.group_size * cfg.algorithm.prompts_per_step
             groups[name] = group_analysis(Path(folder), list(cfg.algorithm.reward_weights), per_step)
     text, numbers = report(results, runs, groups)
-    run_folders = dict(name_value_pairs(args.run, "--run"))
     if len(run_folders) >= 2:
         ratios = paired_run_ratios(run_folders)
         text += ratios_text(ratios)

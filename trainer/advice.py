@@ -216,13 +216,13 @@ def _run_findings(run: str, s: dict[str, Any], t: Thresholds) -> list[Finding]:
     drift = s.get("grad_norm_drift")
     if drift is not None and drift["steps"] >= t.grad_drift_min_steps and not (
             1 / t.grad_drift < drift["ratio"] < t.grad_drift):
-        c_q = s.get("c_q_drift")
-        also = f"; CorrGRPO's median c_q {c_q['first']:.3g} -> {c_q['last']:.3g}" if c_q else ""
+        c_q_drift = s.get("c_q_drift")
+        also = f"; CorrGRPO's median c_q {c_q_drift['first']:.3g} -> {c_q_drift['last']:.3g}" if c_q_drift else ""
         found.append(Finding(
             "grad_drift", run,
             f"the gradient norm went from {drift['first']:.3g} to {drift['last']:.3g} ({drift['ratio']:.2f}x; medians "
             f"of the first and last {drift['window']} of {drift['steps']} steps with a gradient){also}",
-            {"grad_norm": drift, "c_q_median": c_q},
+            {"grad_norm": drift, "c_q_median": c_q_drift},
         ))
     return found
 
