@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from studies.learning_toolcall import name_value_pairs, paired_change
+from trainer.run_logger import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "env_configs" / "code_smollm2.yaml"
@@ -154,8 +155,7 @@ def paired(after: dict[str, Any], before: dict[str, Any], name: str) -> dict[str
 
 def run_curves(folder: Path) -> dict[str, Any]:
     """An RL run's per-step reward means and CorrGRPO diagnostics from its ``metrics.jsonl``."""
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
-    rows = [r for r in rows if "reward/weighted/mean" in r]
+    rows = [r for r in read_metrics(folder) if "reward/weighted/mean" in r]
     names = rows[0]["reward_names"] if rows else list(REWARDS)
     steps = [int(r["step"]) for r in rows]
 
@@ -368,7 +368,6 @@ def paired_run_ratios(folders: dict[str, str]) -> dict[str, dict[str, dict[str, 
     (the runs share the seed, so step t draws the same tasks until their policies differ):
     median, min and max of the ratios, and how many steps they cover."""
     from studies.adamw_toolcall import step_ratios
-    from trainer.run_logger import read_metrics
 
     def stats(r: list[float]) -> dict[str, float]:
         if not r:
