@@ -59,15 +59,12 @@ def colliding(n: int, tag: str) -> list:
     return [*nodes, [tag, list(range(n))]]
 
 
-def settle_heap() -> None:
-    """Collect the test process's garbage before a CPU timing: a full collection that earlier
-    tests left pending scans this whole process's heap (seen at 1 s here, under load), which is
-    not the cost of the call timed; the judge decodes in a worker with a small heap."""
-    gc.collect()
-
-
 def cpu_of(fn, *args):
-    settle_heap()
+    """``fn(*args)`` and the CPU seconds it took in this process. The test process's garbage is
+    collected first: a full collection that earlier tests left pending scans this whole heap
+    (seen at 1 s under load), which is not the cost of the call timed; the judge decodes in a
+    worker with a small heap."""
+    gc.collect()
     start = time.process_time()
     out = fn(*args)
     return out, time.process_time() - start
@@ -243,13 +240,15 @@ def with_heavy_examples(test):
 def test_decode_of_any_record_shape_is_cheap(nodes):
     text = json.dumps(nodes, separators=(",", ":"))
     assert len(text) <= 1_100_000
-    settle_heap()
-    start = time.process_time()
-    try:
-        decode(json.loads(text))
-    except NotPlain:
-        pass
-    assert time.process_time() - start < BUDGET
+
+    def decode_text():
+        try:
+            decode(json.loads(text))
+        except NotPlain:
+            pass
+
+    _, seconds = cpu_of(decode_text)
+    assert seconds < BUDGET
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -257,10 +256,7 @@ def test_decode_of_any_record_shape_is_cheap(nodes):
 @given(nodes=SHAPES)
 def test_a_verdict_on_any_record_shape_costs_at_most_a_second(pool, nodes):
     run = record(nodes)
-    settle_heap()
-    start = time.process_time()
-    status, worker = pool.judge_with_cost(_TASK, _PLAN, run)
-    host = time.process_time() - start
+    (status, worker), host = cpu_of(pool.judge_with_cost, _TASK, _PLAN, run)
     assert worker is not None
     assert status != "ok"
     assert host + worker <= BUDGET, (status, host, worker)
