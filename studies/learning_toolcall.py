@@ -24,7 +24,8 @@ and ``report.md``: per stage and data set, all-exact accuracy with its 95 % Wils
 interval, the four reward components in percent, the number of tasks, the share of
 answers with unreadable calls, and the wall time; then the stage pairs of ``--compare``
 (default :data:`COMPARISONS`) task by task on each data set both stages have: call tasks
-gained and lost, with McNemar's exact p.
+gained and lost, with McNemar's exact p. ``changes.md`` shows the answers of those gained and
+lost tasks, both stages' side by side.
 
     OMP_NUM_THREADS=2 python -m studies.learning_toolcall \\
         --stage base=base --stage sft=runs/sft_toolcall_smollm2/checkpoint-60 \\
@@ -279,6 +280,41 @@ def comparison_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def changed_answers(after: dict[str, Any], before: dict[str, Any]) -> list[dict[str, Any]]:
+    """The call tasks whose all-exact verdict differs between ``before`` and ``after`` (same data
+    set), in ``after``'s task order: each with ``change`` ("gained" or "lost") and both answers."""
+    old = {a["task_id"]: a for a in before["answers"] if a.get("expects_calls", True)}
+    rows = []
+    for answer in after["answers"]:
+        prior = old.get(answer["task_id"])
+        if prior is None or not answer.get("expects_calls", True):
+            continue
+        now, then = answer_exact(answer), answer_exact(prior)
+        if now != then:
+            rows.append({"task_id": answer["task_id"], "change": "gained" if now else "lost",
+                         "before": prior.get("text", ""), "after": answer.get("text", "")})
+    return rows
+
+
+def changes_markdown(results: list[dict[str, Any]], pairs: list[tuple[str, str]], chars: int = 600) -> str:
+    """Every changed verdict of every compared pair, both answers side by side (the first
+    ``chars`` characters of each): what a gained or lost task looks like, not just how many."""
+    by_key = {(r["stage"], r["data"]): r for r in results if r.get("answers")}
+    datasets = sorted({r["data"] for r in results})
+    parts = []
+    for a, b in pairs:
+        for d in datasets:
+            if (a, d) not in by_key or (b, d) not in by_key:
+                continue
+            rows = changed_answers(by_key[(a, d)], by_key[(b, d)])
+            parts.append(f"## {a} vs {b} on {d}: {sum(r['change'] == 'gained' for r in rows)} gained, "
+                         f"{sum(r['change'] == 'lost' for r in rows)} lost\n")
+            for r in rows:
+                parts.append(f"### {r['task_id']} ({r['change']})\n\n{b}:\n\n```text\n{r['before'][:chars]}\n```\n\n"
+                             f"{a}:\n\n```text\n{r['after'][:chars]}\n```\n")
+    return "\n".join(parts)
+
+
 # ------------------------------------------------------------------------------ report
 def _rows(result: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
     """``(label, metrics)`` of a result: the whole data set, then each part when it has several."""
@@ -315,7 +351,8 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
 
 
 def write_report(out: Path, results: list[dict[str, Any]], pairs: list[tuple[str, str]] = ()) -> None:
-    """``report.json`` (results without answers, and the paired tests) and ``report.md`` in ``out``."""
+    """``report.json`` (results without answers, and the paired tests), ``report.md``, and
+    ``changes.md`` (the answers of every task whose verdict a compared pair changed) in ``out``."""
     slim = [{k: v for k, v in r.items() if k != "answers"} for r in results]
     paired = comparisons(results, list(pairs))
     (out / "report.json").write_text(json.dumps({"results": slim, "paired": paired}, indent=2, default=str),
@@ -334,6 +371,7 @@ def write_report(out: Path, results: list[dict[str, Any]], pairs: list[tuple[str
         text += ("\nPaired on the same call tasks (all-exact; McNemar's exact test on the tasks that "
                  "changed):\n\n" + comparison_table(paired))
     (out / "report.md").write_text(text, encoding="utf-8")
+    (out / "changes.md").write_text(changes_markdown(results, list(pairs)), encoding="utf-8")
 
 
 def name_value_pairs(values: list[str], flag: str) -> list[tuple[str, str]]:

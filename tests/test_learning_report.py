@@ -158,6 +158,28 @@ def test_paired_exact_counts_changed_call_tasks_and_mcnemars_p():
     assert table[2] == "| rl vs sft | generated | 4 | 3 | 1 | +50.0 | 0.62 |"
 
 
+def test_changed_answers_show_both_sides_of_each_changed_verdict(tmp_path):
+    def texts(result, prefix):
+        for a in result["answers"]:
+            a["text"] = f"{prefix} answer to {a['task_id']}"
+        return result
+
+    before = texts({"stage": "sft", "data": "bfcl", "metrics": {}, "answers": [
+        _answer("t1", False), _answer("t2", True), _answer("t3", True), _answer("t5", False, calls=False)]}, "sft")
+    after = texts({"stage": "rl", "data": "bfcl", "metrics": {}, "answers": [
+        _answer("t3", True), _answer("t2", False), _answer("t1", True), _answer("t5", True, calls=False),
+        _answer("new", True)]}, "rl")
+    rows = learning_toolcall.changed_answers(after, before)
+    # after's order; t3 unchanged, t5 expects no call, "new" has no partner
+    assert [(r["task_id"], r["change"]) for r in rows] == [("t2", "lost"), ("t1", "gained")]
+    assert rows[1]["before"] == "sft answer to t1" and rows[1]["after"] == "rl answer to t1"
+    learning_toolcall.write_report(tmp_path, [before, after], [("rl", "sft")])
+    text = (tmp_path / "changes.md").read_text(encoding="utf-8")
+    assert text.startswith("## rl vs sft on bfcl: 1 gained, 1 lost\n")
+    assert "### t2 (lost)\n\nsft:\n\n```text\nsft answer to t2\n```\n\nrl:\n\n```text\nrl answer to t2\n```" in text
+    assert "t3" not in text and "t5" not in text
+
+
 def test_stage_pair_names_a_malformed_compare_value():
     assert learning_toolcall.stage_pair("rl:sft") == ("rl", "sft")
     with pytest.raises(SystemExit, match="--compare 'rl'"):
