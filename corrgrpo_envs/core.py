@@ -54,6 +54,9 @@ __all__ = [
 
 #: Default cap on an action's length: far above any real answer, far below a DoS.
 MAX_ACTION_CHARS = 200_000
+#: ``str.translate`` table that drops the control characters other than newline, return and tab:
+#: counting them by the length it removes is C-speed (a Python loop over 200,000 characters is 20 ms).
+_DROP_CONTROLS = dict.fromkeys(i for i in range(32) if chr(i) not in "\n\r\t")
 
 
 @dataclass
@@ -91,7 +94,7 @@ def validate_action(action: Any, max_chars: int = MAX_ACTION_CHARS) -> str | Non
         action.encode("utf-8")
     except UnicodeEncodeError:
         return "binary action (lone surrogates)"
-    controls = sum(1 for ch in action if ord(ch) < 32 and ch not in "\n\r\t")
+    controls = len(action) - len(action.translate(_DROP_CONTROLS))
     if controls > max(8, len(action) // 10):
         return "binary action (mostly control characters)"
     return None
