@@ -286,10 +286,12 @@ def resolve_loss_config(
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(policy || reference): exp(d) - d - 1 with d = ref - logp.
 
-    It is >= 0 and 0 where ``logp == ref_logp``.
+    It is >= 0 and 0 where ``logp == ref_logp``. Written ``expm1(d) - d``: ``exp(d) - d - 1``
+    rounds ``exp(d)`` to 1 for a tiny ``d`` and comes out at ``-d`` (below zero), while
+    ``expm1(d) >= d`` holds in floating point as it does exactly.
     """
     delta = (ref_logp - logp).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-    return torch.exp(delta) - delta - 1.0
+    return torch.expm1(delta) - delta
 
 
 # ----------------------------------------------------------------------------- shared pieces
