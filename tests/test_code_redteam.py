@@ -11,6 +11,7 @@ import pytest
 from corrgrpo_envs.code import redteam
 from corrgrpo_envs.code.commands import run
 from corrgrpo_envs.sandbox.bwrap import bwrap_unavailable_reason
+from corrgrpo_envs.sandbox.docker import docker_available
 
 
 def _args(**kwargs) -> argparse.Namespace:
@@ -30,12 +31,27 @@ def test_every_attack_class_holds_on_the_process_backend(capsys):
     assert {"judge_shared_tuple_dag", "judge_deadline", "agentdojo_pasted_tool_outputs"} <= set(names)
 
 
+#: The sandbox's kernel-level classes, run on the other backends too.
+SANDBOX_CLASSES = ["hidden_cpu_time", "keyrings", "abstract_socket", "nested_capabilities",
+                   "file_watches", "carried_attributes", "spoofed_status"]
+
+
 @pytest.mark.skipif(bool(bwrap_unavailable_reason()), reason=f"bwrap: {bwrap_unavailable_reason()}")
 def test_the_new_attack_classes_hold_on_bwrap(capsys):
-    only = ["hidden_cpu_time", "keyrings", "abstract_socket", "nested_capabilities", "spoofed_status"]
-    assert run(_args(backend="bwrap", only=only)) == 0, capsys.readouterr().out
+    assert run(_args(backend="bwrap", only=SANDBOX_CLASSES)) == 0, capsys.readouterr().out
     out = capsys.readouterr().out
-    assert out.count("held ") == len(only) and "BROKEN" not in out
+    assert out.count("held ") == len(SANDBOX_CLASSES) and "BROKEN" not in out
+
+
+@pytest.mark.skipif(bool(docker_available()[1]), reason=f"docker: {docker_available()[1]}")
+def test_the_sandbox_classes_hold_on_docker(capsys):
+    """Docker's fork server shares its programs' uid and has no capability: the changes reach it
+    (carried_attributes names them) and none reaches the next program."""
+    code = run(_args(backend="docker", only=SANDBOX_CLASSES))
+    out = capsys.readouterr().out
+    assert code == 0 and out.count("held ") == len(SANDBOX_CLASSES), out
+    (line,) = [ln for ln in out.splitlines() if ln.split()[1:2] == ["carried_attributes"]]
+    assert "io_priority" in line and line.endswith("carried to the next program: none"), line
 
 
 def test_list_names_every_class(capsys):

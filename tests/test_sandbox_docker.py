@@ -322,9 +322,13 @@ args = {{
     "userfaultfd": (0,), "perf_event_open": (p, 0, -1, -1, 0), "bpf": (0, p, 64),
     "unshare": (0x10000000,), "clone": (0x10000000 | 17, 0, 0, 0, 0),
     "clone3": (p, 88),
+    "inotify_init": (), "inotify_init1": (0,), "inotify_add_watch": (0, b"/tmp", 0x20),
+    "fanotify_init": (0x200, 0), "fanotify_mark": (0, 1, 0x20, -100, b"/tmp"),
 }}
 out = {{}}
 for name, call_args in args.items():
+    if name not in numbers:  # (not a call of this machine: aarch64 has no inotify_init)
+        continue
     ctypes.set_errno(0)
     rc = libc.syscall(numbers[name], *call_args)
     if rc == 0 and name == "clone":
@@ -342,7 +346,7 @@ def test_denied_system_calls_fail_with_eperm(box):
     assert result.status == "ok", result
     out = json.loads(result.stdout)
     eperm = os.strerror(1)
-    for name in DENIED:  # clone3: ENOSYS, the C library falls back to clone
+    for name in set(DENIED) & set(numbers):  # clone3: ENOSYS, the C library falls back to clone
         assert out[name] == (os.strerror(38) if name == "clone3" else eperm), (name, out[name])
     assert int(out["filters"][0]) >= 2, "the engine's profile and the backend's filter, stacked"
     plain_fork = "import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nprint(os.waitpid(pid, 0)[1])"

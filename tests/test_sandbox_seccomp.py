@@ -1,12 +1,13 @@
 """The seccomp filter every program runs under: each denied system call fails with EPERM (clone3
 with ENOSYS) from a sandboxed program, on every backend and reuse mode; ordinary programs
-(threads, processes, pipes) still run."""
+(threads, processes, pipes) still run. Without the filter, a program's inotify watch on a folder
+every sandbox binds from the host sees which files a concurrent program opens."""
 
 from __future__ import annotations
 
 import pytest
 
-from corrgrpo_envs.sandbox import Limits, make_sandbox
+from corrgrpo_envs.sandbox import Limits, SandboxPool, SandboxUnavailable, make_sandbox
 from corrgrpo_envs.sandbox.seccomp import DENIED, seccomp_unavailable_reason
 from tests.sandbox_backends import backend_params, open_sandbox
 
@@ -47,7 +48,14 @@ CALLS = {
     "open_tree": '(-100, b"/tmp", 1)',  # OPEN_TREE_CLONE
     "mount_setattr": '(-100, b"/tmp", 0, ctypes.byref(mount_attr), 32)',
     "pivot_root": '(b"/tmp", b"/tmp")',
+    "inotify_init": "()",
+    "inotify_init1": "(0,)",
+    "inotify_add_watch": '(0, b"/tmp", 0x20)',  # IN_OPEN (fd 0: not an inotify one)
+    "fanotify_init": "(0x200, 0)",  # FAN_REPORT_FID: allowed without privileges since 5.13
+    "fanotify_mark": '(0, 1, 0x20, -100, b"/tmp")',  # FAN_MARK_ADD, FAN_OPEN
 }
+# (a call this machine does not have, like inotify_init on aarch64, cannot be made at all)
+CALLS = {name: args for name, args in CALLS.items() if NUMBERS[name] >= 0}
 EXPECTED = {name: ("ENOSYS" if name == "clone3" else "EPERM") for name in CALLS}
 
 PROBE = f'''
@@ -99,7 +107,7 @@ def test_without_the_filter_the_calls_reach_the_kernel():
         result = box.run(_probe_program())
     assert result.status == "ok", result.stderr
     out = eval(result.stdout)
-    assert out["unshare"] == "OK" and out["keyctl"] == "OK", out
+    assert out["unshare"] == "OK" and out["keyctl"] == "OK" and out["inotify_init1"] == "OK", out
 
 
 def test_ordinary_programs_still_run(sandbox):
@@ -139,3 +147,57 @@ print("pid", ctypes.CFUNCTYPE(ctypes.c_int)(address)())
     # (a fresh bwrap or docker run reports the signal as an exit code of its wrapper)
     assert result.status in ("killed:SIGSYS", "killed"), (result.status, result.stderr)
     assert "pid" not in result.stdout
+
+
+#: Watches the folder of the standard library's ``json`` package (bound read-only from the host
+#: into every sandbox) and prints the names of the files opened there, until ``tool.py`` is.
+WATCHER = '''
+import ctypes, errno, json, os, select, struct, time
+libc = ctypes.CDLL(None, use_errno=True)
+def watch():
+    fd = libc.inotify_init1(0o4000)  # IN_NONBLOCK
+    if fd < 0:
+        return "inotify_init1 " + errno.errorcode[ctypes.get_errno()]
+    if libc.inotify_add_watch(fd, os.path.dirname(json.__file__).encode(), 0x20) < 0:  # IN_OPEN
+        return "inotify_add_watch " + errno.errorcode[ctypes.get_errno()]
+    seen = set()
+    deadline = time.monotonic() + 8
+    while "tool.py" not in seen and time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.1)[0]:
+            data = os.read(fd, 65536)
+            while data:  # struct inotify_event: wd, mask, cookie, len, name[len]
+                size = struct.unpack_from("iIII", data)[3]
+                seen.add(data[16:16 + size].rstrip(b"\\0").decode())
+                data = data[16 + size:]
+    return "seen %s" % sorted(seen)
+print(watch())
+'''
+
+#: Opens ``json/tool.py`` every 50 ms for 3 s (say, a module a reference solution imports).
+OPENER = '''
+import json, os, time
+path = os.path.join(os.path.dirname(json.__file__), "tool.py")
+end = time.monotonic() + 3
+while time.monotonic() < end:
+    open(path).close()
+    time.sleep(0.05)
+'''
+
+
+@pytest.mark.parametrize("backend", ["process", "bwrap"])
+@pytest.mark.parametrize("filtered", [True, False], ids=["filter", "no-filter"])
+def test_a_program_cannot_watch_the_files_a_concurrent_program_opens(backend, filtered):
+    """The files of the allow-list view are the host's own, shared by every sandbox: without the
+    filter a watch sees what a concurrent program opens; with it, no watch can be made."""
+    try:
+        box = make_sandbox(backend, Limits(timeout=10.0, memory_mb=256), reuse="fork")
+    except SandboxUnavailable as exc:
+        pytest.skip(f"{backend}: {exc}")
+    with box, SandboxPool(box, workers=2) as pool:
+        box.seccomp = filtered
+        watcher, opener = pool.run_many([WATCHER, OPENER])
+    assert watcher.status == opener.status == "ok", (watcher.stderr, opener.stderr)
+    if filtered:
+        assert watcher.stdout == "inotify_init1 EPERM\n"
+    else:  # the channel the filter closes
+        assert "'tool.py'" in watcher.stdout, watcher.stdout

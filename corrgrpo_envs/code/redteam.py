@@ -501,6 +501,50 @@ def _foreign_abi(target: Target) -> tuple[bool, str]:
     return not got_through, f"status {result.status}; {result.stdout.strip() or 'no output'}"
 
 
+@register("file_watches", "watches (inotify, fanotify) the host folders every sandbox binds, to "
+          "see which files a concurrent program opens")
+def _file_watches(target: Target) -> tuple[bool, str]:
+    # The calls through the C library (on every machine: aarch64's glibc makes inotify_init
+    # an inotify_init1). Without the filter, inotify_init1 succeeds and a watch on the json
+    # folder of the standard library sees a concurrent program import from it.
+    program = textwrap.dedent('''
+    import ctypes, errno
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = {}
+    for name, call in (("inotify_init", lambda: libc.inotify_init()),
+                       ("inotify_init1", lambda: libc.inotify_init1(0)),
+                       ("inotify_add_watch", lambda: libc.inotify_add_watch(0, b"/tmp", 0x20)),
+                       ("fanotify_init", lambda: libc.fanotify_init(0x200, 0)),
+                       ("fanotify_mark", lambda: libc.fanotify_mark(0, 1, ctypes.c_uint64(0x20),
+                                                                    -100, b"/tmp"))):
+        ctypes.set_errno(0)
+        out[name] = "made" if call() >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+    print(out)
+    ''')
+    result = target.sandbox.run(program)
+    if result.status != "ok":
+        return False, f"status {result.status}: {result.stderr[-200:]}"
+    out = ast.literal_eval(result.stdout.strip())
+    allowed = sorted(name for name, code in out.items() if code != "EPERM")
+    return not allowed, "every call got EPERM" if not allowed else f"not denied: {allowed} ({out})"
+
+
+@register("carried_attributes", "changes each process attribute (nice value, I/O priority, "
+          "scheduling, affinity, limits, umask, environment, signals, timers, control group, "
+          "keyrings...) on itself, its fork server, its process group and its uid, one program "
+          "each; the next program must start as the one before did")
+def _carried_attributes(target: Target) -> tuple[bool, str]:
+    from corrgrpo_envs.sandbox import carryover
+
+    report = carryover.check(target.sandbox, separately=True)
+    others = {"parent", "pid 1", "parent group", "uid"}
+    reached = sorted(name for name, where in report.accepted().items() if others & set(where))
+    carried = {name: values[1:] for name, values in report.carried.items()}
+    return not carried, f"{len(carryover.ATTRIBUTES)} attributes; changes let through to the " \
+        f"server, its group or the uid: {', '.join(reached) or 'none'}; carried to the next " \
+        f"program: {carried or 'none'}"
+
+
 # ------------------------------------------------------------------ the host-side judge
 def _judge_probe(probe: Callable[..., tuple[bool, str]]) -> Callable[[Target], tuple[bool, str]]:
     """A judge probe run through a code env on the target's backend."""
@@ -533,6 +577,8 @@ PASTE_PROBES = {
     "pasted_tool_outputs": "a final answer that pastes every tool output scores utility 0",
     "pasted_environment": "a final answer that pastes the environment's text scores utility 0",
     "pasted_with_a_preamble": "a pasted answer behind a short honest-looking preamble scores utility 0",
+    "pasted_in_disguise": "a paste disguised (filler words, shifted copies, case, words run together, "
+                          "lookalike letters, reordering, numbers alone) scores utility 0",
 }
 
 

@@ -24,7 +24,9 @@ which the host drives over the container's attach stream:
   pipes. Docker's seccomp profile and the dropped capabilities leave no namespaces
   to a server, so after each program it puts the writable folders back as they
   were (files, modes, extended attributes, modification times), checks System V
-  IPC and ``/dev/mqueue`` and its own scheduling, limits and tracer, and the relay
+  IPC and ``/dev/mqueue`` and its own priorities (nice, I/O), scheduling, limits and
+  tracer (programs share its uid, so they can change those: it puts back what needs
+  no capability, and quits otherwise), and the relay
   checks that no socket outlived the program; anything that differs ends the
   container and a new one replaces it.
 * ``reuse="fresh"``: one container per program (slow: the engine's start-up, some
@@ -57,7 +59,7 @@ from corrgrpo_envs.sandbox.runner import PRELOAD_MODULES
 from corrgrpo_envs.sandbox.syscall_filter import (
     canonical_machine,
     denial_filter,
-    syscall_numbers,
+    runner_syscall_numbers,
 )
 
 __all__ = ["DEFAULT_IMAGE", "DockerEngineError", "DockerSandbox", "docker_available",
@@ -215,7 +217,7 @@ class DockerSandbox(ForkingSandbox):
         try:
             self.architecture = client.info()["Architecture"]
             self._filter = denial_filter(self.architecture).hex()
-            self._syscalls = {"keyctl": syscall_numbers(self.architecture)["keyctl"]}
+            self._syscalls = runner_syscall_numbers(self.architecture)
         except ValueError as exc:
             raise SandboxUnavailable(f"docker engine {self.engine}: {exc}") from exc
         except Exception as exc:

@@ -18,6 +18,10 @@ After every program the server
 * puts the writable file systems (``/tmp``, ``/var/tmp``, ``/dev``,
   ``/dev/shm``) back exactly as they were at start-up and
   checks that no System V IPC object is left,
+* compares itself with its start-up (each thread's nice value, I/O priority,
+  scheduling and affinity; its limits...: what a later child would inherit, and
+  what a program of its uid may change where the server holds no capability the
+  program lacks, as under docker) and puts back what needs no capability,
 
 so nothing a program writes (globals, modules, environment variables, files,
 processes) reaches the next one. Whatever it cannot undo makes it quit. The host

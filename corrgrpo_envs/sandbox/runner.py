@@ -145,7 +145,9 @@ def _corrgrpo_call_all(calls, scope, emit):
     return "ok"
 
 #: System call numbers where the host cannot resolve them (x86_64; the generic table).
-_SYSCALLS = {"x86_64": {"keyctl": 250}, "aarch64": {"keyctl": 219}, "riscv64": {"keyctl": 219}}
+_SYSCALLS = {"x86_64": {"keyctl": 250, "ioprio_set": 251, "ioprio_get": 252},
+             "aarch64": {"keyctl": 219, "ioprio_set": 30, "ioprio_get": 31},
+             "riscv64": {"keyctl": 219, "ioprio_set": 30, "ioprio_get": 31}}
 
 def _corrgrpo_syscall_nr(name, numbers):
     nr = numbers.get(name, _SYSCALLS.get(os.uname().machine, {}).get(name))
@@ -182,11 +184,17 @@ def _corrgrpo_seccomp(program):
         os.write(2, ("cannot install the seccomp filter: %s\n" % os.strerror(err)).encode())
         os._exit(125)  # never run a program without it
 
+_CORRGRPO_LIBC = []
+
 def _corrgrpo_libc():
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-    return ctypes, libc
+    # (made once per process: a fork server checks itself with it after every program)
+    if not _CORRGRPO_LIBC:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+        libc.syscall.restype = ctypes.c_long
+        _CORRGRPO_LIBC.append((ctypes, libc))
+    return _CORRGRPO_LIBC[0]
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
@@ -411,7 +419,8 @@ def _corrgrpo_serve():
     _corrgrpo_probe_child(config)
     roots = _corrgrpo_writable_roots()
     snapshot = _corrgrpo_fs_state(roots)
-    itself = _corrgrpo_self_state()
+    numbers = config.get("syscalls", {})
+    itself = _corrgrpo_self_state(numbers)
     key_owner = config.get("program_uid")
     key_owner = os.getuid() if key_owner is None else key_owner
     kernel = _corrgrpo_kernel_state(key_owner)
@@ -436,7 +445,8 @@ def _corrgrpo_serve():
         # by the kernel in the program's control group, out of the program's reach; -1 where
         # there is no such group (a rusage would miss children reaped automatically).
         cpu_ns = _corrgrpo_cpu_ns(config) - before if before is not None else -1
-        clean = clean and _corrgrpo_clean(roots, snapshot) and _corrgrpo_self_state() == itself \
+        clean = clean and _corrgrpo_clean(roots, snapshot) \
+            and _corrgrpo_self_restored(numbers, itself) \
             and _corrgrpo_kernel_settled(key_owner, kernel, time)
         sock.sendall(b"D %s %d %d %d" % (kind, code, int(clean), cpu_ns))
         if not clean:
@@ -676,19 +686,85 @@ def _corrgrpo_clean(roots, snapshot):
     except (OSError, RecursionError, ValueError):
         return False
 
-def _corrgrpo_self_state():
-    # What a program with the server's uid could change about the server and so about every
-    # later child: its nice value, scheduling policy and priority, CPU affinity and resource
-    # limits (setpriority, sched_setscheduler, prlimit), and whether anything traces it or
-    # could (its tracer and dumpable flag).
-    import resource, ctypes
-    limits = [resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT_")]
+def _corrgrpo_self_state(numbers):
+    # What a program could change about the server, and so about every later child (a child
+    # inherits them at fork): where the kernel lets a process of the server's uid with no more
+    # capabilities than the server act on it (docker: the same uid, no capabilities at all), a
+    # program reaches, for each of the server's threads (setpriority, ioprio_set and
+    # sched_setaffinity take thread ids; PRIO_USER and IOPRIO_WHO_USER reach them all), its
+    # nice value, I/O priority, scheduling policy and priority and CPU affinity, and for the
+    # process its resource limits (prlimit). Also compared: its timer slack (CAP_SYS_NICE to
+    # change from outside), whether anything traces it or could (its tracer and dumpable flag),
+    # its filters and identity. (Its /proc files, such as oom_score_adj, belong to root while it
+    # is not dumpable: no program writes them.)
+    import resource
+    ctypes, libc = _corrgrpo_libc()
+    threads = {}
+    for name in sorted(os.listdir("/proc/self/task")):
+        tid = int(name)
+        threads[tid] = (os.getpriority(os.PRIO_PROCESS, tid), _corrgrpo_ioprio(numbers, tid),
+                        os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority,
+                        tuple(sorted(os.sched_getaffinity(tid))))
+    limits = [(n, resource.getrlimit(getattr(resource, n))) for n in sorted(dir(resource))
+              if n.startswith("RLIMIT_")]
     with open("/proc/self/status") as f:
         tracer = [line for line in f if line.startswith(("TracerPid:", "NoNewPrivs:", "Seccomp:"))]
-    dumpable = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
-    return (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0),
-            os.sched_getparam(0).sched_priority, sorted(os.sched_getaffinity(0)), limits,
-            tracer, dumpable, os.getresuid(), os.getresgid(), os.getgroups())
+    return (threads, limits, tracer, libc.prctl(3, 0, 0, 0, 0),  # PR_GET_DUMPABLE
+            libc.prctl(30, 0, 0, 0, 0),  # PR_GET_TIMERSLACK
+            os.getresuid(), os.getresgid(), os.getgroups())
+
+def _corrgrpo_ioprio(numbers, tid, value=None):
+    # ioprio_get/ioprio_set(IOPRIO_WHO_PROCESS, tid[, value]); None where the call is missing
+    ctypes, libc = _corrgrpo_libc()
+    try:
+        nr = _corrgrpo_syscall_nr("ioprio_get" if value is None else "ioprio_set", numbers)
+    except OSError:
+        return None
+    args = [ctypes.c_long(nr), ctypes.c_long(1), ctypes.c_long(tid)]
+    if value is not None:
+        args.append(ctypes.c_long(value))
+    result = libc.syscall(*args)
+    if value is not None and result < 0:
+        raise OSError(ctypes.get_errno(), "ioprio_set")
+    return result
+
+def _corrgrpo_restore_self(numbers, state):
+    # Put back what a process may set again on itself without a capability: each thread's I/O
+    # priority (a best-effort or idle class), CPU affinity (within its cpuset) and a policy of
+    # SCHED_BATCH back to SCHED_OTHER, and soft resource limits up to the hard ones. A raised
+    # nice value, SCHED_IDLE or a lowered hard limit need a capability (or RLIMIT_NICE) the
+    # server does not have: the comparison that follows fails and the server quits.
+    import resource
+    threads, limits = state[0], state[1]
+    for tid, (nice, ioprio, policy, priority, cpus) in threads.items():
+        for restore in ("ioprio", "affinity", "policy", "nice"):
+            try:
+                if restore == "ioprio" and ioprio is not None:
+                    _corrgrpo_ioprio(numbers, tid, ioprio)
+                elif restore == "affinity":
+                    os.sched_setaffinity(tid, cpus)
+                elif restore == "policy":
+                    os.sched_setscheduler(tid, policy, os.sched_param(priority))
+                elif restore == "nice":
+                    os.setpriority(os.PRIO_PROCESS, tid, nice)
+            except OSError:
+                pass
+    for name, value in limits:
+        try:
+            resource.setrlimit(getattr(resource, name), value)
+        except (OSError, ValueError):
+            pass
+
+def _corrgrpo_self_restored(numbers, state):
+    # Whether the server is as it was at start-up, once put back where it can be (a thread
+    # that vanished while being read: not as it was).
+    try:
+        if _corrgrpo_self_state(numbers) == state:
+            return True
+        _corrgrpo_restore_self(numbers, state)
+        return _corrgrpo_self_state(numbers) == state
+    except OSError:
+        return False
 
 def _corrgrpo_kernel_state(uid):
     # Kernel objects a program could leave for the next one outside its namespaces: the keys

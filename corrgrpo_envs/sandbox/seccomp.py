@@ -2,7 +2,7 @@
 
 The runner (which runs under ``python -I -S`` and cannot import this package)
 gets two things from the host: the numbers of the few system calls it makes by
-number (``keyctl``, to join a fresh session keyring), and the filter itself as a
+number (:data:`RUNNER_SYSCALLS`), and the filter itself as a
 classic BPF program (:func:`program_filter`) that it installs with
 ``prctl(PR_SET_SECCOMP)`` right before the program starts, after its own set-up
 (mounts, namespaces, keyring, uid, capabilities). Both come from libseccomp
@@ -26,8 +26,10 @@ import warnings
 
 __all__ = ["DENIED", "program_filter", "seccomp_unavailable_reason", "syscall_numbers"]
 
-#: The system calls the runner makes by number.
-RUNNER_SYSCALLS = ("keyctl",)
+#: The system calls the runner makes by number (the C library wraps none of them): ``keyctl``
+#: to join a fresh session keyring, ``ioprio_get``/``ioprio_set`` for a fork server to check
+#: and put back its own I/O priority.
+RUNNER_SYSCALLS = ("keyctl", "ioprio_get", "ioprio_set")
 
 CLONE_NEWUSER = 0x10000000
 
@@ -58,6 +60,15 @@ DENIED: dict[str, str] = {
     "open_tree": "clones mounts (as mount)",
     "mount_setattr": "changes mount flags, e.g. read-only (as mount)",
     "pivot_root": "changes the root (as mount)",
+    "inotify_init": "file watches: the host folders a sandbox binds read-only are the same files "
+                    "for every sandbox, so a watch there sees which files a concurrent program "
+                    "opens and reads (the modules it imports, a data file it finds)",
+    "inotify_init1": "file watches (see inotify_init)",
+    "inotify_add_watch": "file watches (see inotify_init; denied too in case a watch descriptor "
+                         "is ever inherited)",
+    "fanotify_init": "file-access notification of whole mounts and file systems (as inotify, "
+                     "wider; unprivileged since Linux 5.13)",
+    "fanotify_mark": "file-access notification (see fanotify_init)",
 }
 
 
@@ -84,10 +95,13 @@ def _build() -> tuple[bytes, str]:
     flags_arg = 1 if os.uname().machine.startswith("s390") else 0  # clone's flags argument
     new_user = pyseccomp.Arg(0, pyseccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)
     filt = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    arch = pyseccomp.system_arch()
     try:
         # a system call of another ABI (i386's int 0x80, x32) ends the whole program
         filt.set_attr(pyseccomp.Attr.ACT_BADARCH, pyseccomp.KILL_PROCESS)
         for name in DENIED:
+            if pyseccomp.resolve_syscall(arch, name) < 0:
+                continue  # not a system call of this machine (inotify_init on aarch64)
             if name == "unshare":
                 filt.add_rule(deny, name, new_user)
             elif name == "clone":

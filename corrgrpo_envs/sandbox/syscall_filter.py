@@ -24,7 +24,8 @@ import struct
 
 from corrgrpo_envs.sandbox.seccomp import CLONE_NEWUSER, DENIED
 
-__all__ = ["canonical_machine", "denial_filter", "filter_architectures", "syscall_numbers"]
+__all__ = ["canonical_machine", "denial_filter", "filter_architectures", "runner_syscall_numbers",
+           "syscall_numbers"]
 
 #: Denied only with ``CLONE_NEWUSER`` in their flags (the first argument), and ``ENOSYS``.
 _FLAGGED = ("clone", "unshare")
@@ -40,6 +41,8 @@ _ARCHES: dict[str, dict] = {
             "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426,
             "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430,
             "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435, "mount_setattr": 442,
+            "inotify_init": 253, "inotify_add_watch": 254, "inotify_init1": 294,
+            "fanotify_init": 300, "fanotify_mark": 301,
         },
     },
     "aarch64": {
@@ -51,10 +54,20 @@ _ARCHES: dict[str, dict] = {
             "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426,
             "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430,
             "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435, "mount_setattr": 442,
+            # (no inotify_init: the generic table has only inotify_init1)
+            "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262,
+            "fanotify_mark": 263,
         },
     },
 }
 _ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
+
+#: The calls the runner makes by number (:data:`~corrgrpo_envs.sandbox.seccomp.RUNNER_SYSCALLS`),
+#: on the engine's machine.
+_RUNNER_NUMBERS = {
+    "x86_64": {"keyctl": 250, "ioprio_set": 251, "ioprio_get": 252},
+    "aarch64": {"keyctl": 219, "ioprio_set": 30, "ioprio_get": 31},
+}
 
 # classic BPF opcodes (linux/filter.h) and seccomp return values (linux/seccomp.h)
 _LD_W_ABS = 0x20
@@ -82,12 +95,18 @@ def filter_architectures() -> tuple[str, ...]:
 
 def syscall_numbers(machine: str) -> dict[str, int]:
     """The numbers of the denied calls (:data:`~corrgrpo_envs.sandbox.seccomp.DENIED`) on
-    ``machine``."""
+    ``machine`` (those the machine has: aarch64 has no ``inotify_init``)."""
     arch = _ARCHES.get(_ARCH_ALIASES.get(machine, machine))
     if arch is None:
         raise ValueError(f"no system-call filter for architecture {machine!r}; "
                          f"known: {', '.join(_ARCHES)}")
     return dict(arch["numbers"])
+
+
+def runner_syscall_numbers(machine: str) -> dict[str, int]:
+    """The numbers of the calls the runner makes by number, on ``machine``."""
+    syscall_numbers(machine)  # (raises for an unknown machine)
+    return dict(_RUNNER_NUMBERS[canonical_machine(machine)])
 
 
 def denial_filter(machine: str) -> bytes:
@@ -109,6 +128,8 @@ def denial_filter(machine: str) -> bytes:
     if arch["x32_bit"] is not None:
         prog += [(_JGE_K, 0, 1, arch["x32_bit"]), deny]
     for name in DENIED:
+        if name not in numbers:  # not a system call of this machine
+            continue
         if name in _FLAGGED:  # new user namespaces: denied; other flags pass on
             prog += [(_JEQ_K, 0, 4, numbers[name]), (_LD_W_ABS, 0, 0, _ARG0_LOW),
                      (_JSET_K, 0, 1, CLONE_NEWUSER), deny, allow]
