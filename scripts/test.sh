@@ -15,5 +15,8 @@ ls .cache/bfcl/bfcl_eval-*.whl >/dev/null 2>&1 \
   || .venv/bin/python -m pip download -q --no-deps bfcl-eval==2026.3.23 -d .cache/bfcl \
   || echo "warning: bfcl-eval wheel not downloaded; BFCL data tests will skip"
 export BFCL_WHEEL_DIR="$PWD/.cache/bfcl"
+# BFCL's own checker in a venv of its own, for the tool-call env's verdict agreement test.
+[ -x .venv-bfcl/bin/python ] || bash scripts/bfcl_venv.sh >/dev/null \
+  || echo "warning: .venv-bfcl not built; the BFCL agreement tests will skip"
 .venv/bin/ruff check .
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

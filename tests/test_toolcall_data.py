@@ -259,13 +259,14 @@ def test_bfcl_wheel_data_reference_answers_score_the_maxima(tmp_path):
 
 def test_bfcl_parallel_calls_count_in_any_order_as_bfcl_checks_them(tmp_path):
     """BFCL's parallel checker takes, for each expected call in turn, the first unused predicted
-    call that passes it; the order of the calls does not matter. Other categories keep the order."""
+    call that passes it; the order of the calls does not matter. Other categories keep the order
+    (``multiple``: as many calls as expected, the first checked against the first)."""
     fn = {"name": "stock.price", "description": "A price.", "parameters": {
         "type": "dict", "properties": {"ticker": {"type": "string"}, "market": {"type": "string"}},
         "required": ["ticker"]}}
     truth = [{"stock.price": {"ticker": ["ACME"], "market": ["", "NYSE"]}},
              {"stock.price": {"ticker": ["ACME"], "market": ["", "LSE"]}}]
-    for category in ("parallel", "simple"):
+    for category in ("parallel", "multiple"):
         _write_jsonl(tmp_path / f"BFCL_v4_{category}.json",
                      [{"id": f"{category}_0", "question": [[{"role": "user", "content": "ACME twice."}]], "function": [fn]}])
         (tmp_path / "possible_answer").mkdir(exist_ok=True)
@@ -277,9 +278,9 @@ def test_bfcl_parallel_calls_count_in_any_order_as_bfcl_checks_them(tmp_path):
     # swapped: the first expected call (market NYSE or none) fails on the LSE call and passes on
     # the one without a market; the rewards' best-score matching alone pairs it with the LSE
     # call (a tie, the earlier call wins), so without BFCL's rule the answer is not exact
-    parallel, simple = env.tasks.get("bfcl_parallel/parallel_0"), env.tasks.get("bfcl_simple/simple_0")
-    assert parallel["calls_in_any_order"] and not simple["calls_in_any_order"]
-    for task_id, want_swapped in (("bfcl_parallel/parallel_0", True), ("bfcl_simple/simple_0", False)):
+    parallel, multiple = env.tasks.get("bfcl_parallel/parallel_0"), env.tasks.get("bfcl_multiple/multiple_0")
+    assert parallel["calls_in_any_order"] and not multiple["calls_in_any_order"]
+    for task_id, want_swapped in (("bfcl_parallel/parallel_0", True), ("bfcl_multiple/multiple_0", False)):
         for calls, want in ((in_order, True), (swapped, want_swapped)):
             env.reset(options={"task_id": task_id})
             _, reward, *_, info = env.step(render_answer(calls))

@@ -54,10 +54,16 @@ def rlla_sft_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_house_layout_keeps_the_generator_prompts_word_for_word():
+def test_house_layout_keeps_the_generator_prompts_word_for_word_and_adds_the_required_lines():
     tasks = load_tasks("generated", num_tasks=40, dataset_options={"prompt": "rlla"})
     house = in_prompt_format(tasks, "house")
-    assert [t["messages"] for t in house] == [t["messages"] for t in tasks]
+    for before, after in zip(tasks, house):
+        assert after["messages"][1:] == before["messages"][1:]
+        system = after["messages"][0]["content"]
+        # the generator's own prompts leave the schemas' Required lines out (its data sets stay as recorded)
+        assert "\nRequired: [" in system and "\nRequired: [" not in before["messages"][0]["content"]
+        kept = "\n".join(line for line in system.split("\n") if not line.startswith("Required: "))
+        assert kept == before["messages"][0]["content"]
 
 
 def test_house_layout_wraps_a_plain_user_turn_and_keeps_ids_and_splits(bfcl_dir):

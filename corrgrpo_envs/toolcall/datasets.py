@@ -3,7 +3,9 @@
 Every task's ``data`` holds ``dataset`` (its data set's name), ``messages``
 (system prompt + dialogue so far), ``tools`` (JSON schemas),
 ``expected_calls`` (``[{"name", "parameters"}]``, BFCL calls also ``allowed``
-and ``optional``), ``expects_response`` and ``response`` (a reference reply).
+and ``optional``), ``expects_response`` and ``response`` (a reference reply). BFCL tasks of
+the Python categories also hold ``bfcl``: ``{"category", "functions", "answer"}`` as BFCL's
+files give them, for BFCL's own verdict (:mod:`corrgrpo_envs.toolcall.bfcl_verdict`).
 
 Built-in names: ``generated`` (the procedural generator, the default; options
 ``num_tasks`` and ``seed``), and the shipped reference files ``rlla_test``,
@@ -18,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +34,10 @@ from corrgrpo_envs.tasks import (
     read_parquet,
 )
 from corrgrpo_envs.toolcall.answer_format import parse_answer
+from corrgrpo_envs.toolcall.bfcl_verdict import checks_python
 from corrgrpo_envs.toolcall.generator import generate_task
 from corrgrpo_envs.toolcall.prompts import system_prompt, tools_from_system_prompt
+from corrgrpo_envs.toolcall.rewards import is_dict_spec, is_spec_list
 
 __all__ = ["DATASETS", "shared_data_dir", "bfcl_expected_call", "canonical_value"]
 
@@ -280,25 +284,38 @@ def _api_bank_all() -> TaskSource:
 
 
 # -------------------------------------------------------------------- BFCL
+def _resolve_spec(spec: Mapping[str, list[Any]]) -> dict[str, Any]:
+    # one level deep, as BFCL's checker reads a spec; keys that may be left out are left out
+    return {k: opts[0] for k, opts in spec.items() if opts and "" not in opts}
+
+
 def canonical_value(allowed: list[Any]) -> Any:
-    """The first accepted value that is not the "may be omitted" marker ``""`` (nested specs resolved)."""
-    value = next(v for v in allowed if v != "")
-    if isinstance(value, dict) and value and all(isinstance(v, list) for v in value.values()):
-        return {k: canonical_value(opts) for k, opts in value.items() if opts and "" not in opts}
+    """The first accepted value that is not the "may be omitted" marker ``""``, with a BFCL dict
+    spec (or a list of them) resolved to the dict(s) it accepts; ``""`` when nothing else is
+    accepted (which BFCL accepts for a string parameter)."""
+    value = next((v for v in allowed if v != ""), "")
+    if is_dict_spec(value):
+        return _resolve_spec(value)
+    if is_spec_list(value):
+        return [_resolve_spec(s) for s in value]
     return value
 
 
-def bfcl_expected_call(name: str, allowed: Mapping[str, list[Any]]) -> dict[str, Any]:
+def bfcl_expected_call(
+    name: str, allowed: Mapping[str, list[Any]], required: Sequence[str] = ()
+) -> dict[str, Any]:
     """An expected call from a BFCL ground-truth entry ``{name: {param: [accepted values]}}``.
 
-    Parameters whose accepted values include ``""`` may be left out (``optional``);
-    the others are expected, with their first accepted value as the reference.
-    An empty list of accepted values (a few BFCL rows) is read as "the empty
-    list, or left out".
+    Parameters whose accepted values include ``""`` may be left out (``optional``), unless
+    ``required`` (the function schema's required list, which BFCL's checker enforces) names
+    them; the others are expected, with :func:`canonical_value` as the reference. An empty
+    list of accepted values (a few BFCL rows) is read as "the empty list, or left out" (BFCL's
+    checker accepts nothing there).
     """
     allowed = {k: (list(v) if v else [[], ""]) for k, v in allowed.items()}
-    optional = [k for k, opts in allowed.items() if "" in opts]
-    params = {k: canonical_value(opts) for k, opts in allowed.items() if "" not in opts}
+    must = set(required)
+    optional = [k for k, opts in allowed.items() if "" in opts and k not in must]
+    params = {k: canonical_value(opts) for k, opts in allowed.items() if k not in optional}
     return {
         "name": name,
         "parameters": params,
@@ -313,6 +330,21 @@ def _bfcl_schema(where: RecordLocation, fn: Any, field: str) -> dict[str, Any]:
     if params.get("type") == "dict":  # BFCL's spelling of a JSON-schema object
         params["type"] = "object"
     return {"name": name, "description": fn.get("description", ""), "parameters": params}
+
+
+def _is_call_answer(truth: Any) -> bool:
+    """A possible answer of single-turn calls: ``[{name: {param: [accepted values]}}]``."""
+    return isinstance(truth, list) and all(
+        isinstance(c, dict) and len(c) == 1
+        and all(isinstance(args, dict) and all(isinstance(opts, list) for opts in args.values())
+                for args in c.values())
+        for c in truth
+    )
+
+
+def _required(tool: Mapping[str, Any]) -> list[str]:
+    required = tool["parameters"].get("required")
+    return [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
 
 
 def _read_jsonl(path: Path) -> list[tuple[RecordLocation, Any]]:
@@ -341,17 +373,21 @@ def _bfcl_file(path: Path) -> list[Task]:
         turns = where.get(rec, "question", (list, type(None)), default=None) or []
         if len(turns) != 1 or not isinstance(turns[0], list):
             continue  # multi-turn categories are not single-answer tasks
-        if answers is None:
-            expected: list[dict[str, Any]] = []
-        else:
-            truth = answers.get(rec_id)
-            if not isinstance(truth, list) or not all(isinstance(c, dict) and len(c) == 1 for c in truth):
-                continue
-            if not all(isinstance(args, dict) for c in truth for args in c.values()):
-                continue
-            expected = [bfcl_expected_call(n, args) for c in truth for n, args in c.items()]
+        truth = None if answers is None else answers.get(rec_id)
+        if answers is not None and not _is_call_answer(truth):
+            continue
         functions = where.get(rec, "function", (list, type(None)), default=None) or []
         tools = [_bfcl_schema(where, fn, f"function[{j}]") for j, fn in enumerate(functions)]
+        expected: list[dict[str, Any]] = []
+        if truth is not None:
+            required: dict[str, list[str]] = {}
+            for tool in tools:  # BFCL's checker takes the first description of a name
+                required.setdefault(tool["name"], _required(tool))
+            expected = [bfcl_expected_call(n, args, required.get(n, ()))
+                        for c in truth for n, args in c.items()]
+        # BFCL's own verdict reads the function descriptions as BFCL spells them
+        verdict = {"category": category, "functions": functions, "answer": truth} \
+            if expected and checks_python(category) else None
         dialogue = _messages(where, turns[0], "question[0]")
         preamble = "\n".join(m["content"] for m in dialogue if m["role"] == "system")
         messages = [{"role": "system", "content": system_prompt(tools, preamble)}]
@@ -367,6 +403,7 @@ def _bfcl_file(path: Path) -> list[Task]:
                 tools=tools,
                 # BFCL checks its parallel categories without order (parallel_function_checker_no_order)
                 calls_in_any_order="parallel" in category,
+                bfcl=verdict,
             )
         )
     return tasks

@@ -6,7 +6,9 @@ The action is an answer in the RLLA format (see
 :mod:`corrgrpo_envs.toolcall.answer_format`); the reward vector is
 ``(function_name, parameter, values, format)`` in
 ``[-0.5, 0.5] x [-1, 1] x [-1.5, 1.5] x {0, 1}`` (see
-:mod:`corrgrpo_envs.toolcall.rewards`). ``dataset=`` picks the tasks: the
+:mod:`corrgrpo_envs.toolcall.rewards`). ``info["exact"]`` is the all-exact verdict: on a BFCL
+task of a Python category BFCL's own (:mod:`corrgrpo_envs.toolcall.bfcl_verdict`), elsewhere
+the three correctness rewards at their maxima. ``dataset=`` picks the tasks: the
 built-in generator (default), RLLA-4K, the RLLA SFT file, API-Bank, BFCL, or
 a list of these.
 """
@@ -14,7 +16,7 @@ a list of these.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
 from corrgrpo_envs.metrics import EpisodeRecord
 from corrgrpo_envs.tasks import Task, TaskSource
 from corrgrpo_envs.toolcall.answer_format import render_answer
+from corrgrpo_envs.toolcall.bfcl_verdict import bfcl_verdict
 from corrgrpo_envs.toolcall.datasets import DATASETS
 from corrgrpo_envs.toolcall.metrics import toolcall_metrics
 from corrgrpo_envs.toolcall.prompts import PROMPT_FORMATS, house_messages
@@ -42,6 +45,17 @@ REFERENCE_ANSWERS = ("short", "dataset")
 
 _REFERENCE_THINK = "I should use the appropriate tools with the right parameters for the user's request."
 _REPLY_THINK = "I should reply to the user directly."
+
+
+def _bfcl_accepts(case: Mapping[str, Any], calls: list[dict[str, Any]] | None) -> bool:
+    return bfcl_verdict(calls, case["category"], case["functions"], case["answer"])[0]
+
+
+def _benchmark_verdict(task: Task) -> Callable[[list[dict[str, Any]] | None], bool] | None:
+    """The verdict that decides ``exact`` for ``task``: BFCL's checker's rules for a BFCL task
+    of a Python category, else none (the rewards at their maxima)."""
+    case = task.get("bfcl")
+    return functools.partial(_bfcl_accepts, case) if case else None
 
 
 def load_tasks(
@@ -154,7 +168,8 @@ class ToolCallEnv(MultiRewardEnv):
         assert self.task is not None
         expected = self.task["expected_calls"]
         score = score_answer(action, expected, self.task["expects_response"], self.rules,
-                             ordered=not self.task.get("calls_in_any_order", False))
+                             ordered=not self.task.get("calls_in_any_order", False),
+                             benchmark=_benchmark_verdict(self.task))
         info: dict[str, Any] = {
             "dataset": self.task["dataset"],
             "expects_calls": bool(expected),

@@ -319,10 +319,12 @@ def generate_task(seed: int, index: int, max_extra_tools: int = 3, prompt: str =
         turns = [("user", _request(tool, args, r)), ("raw", earlier), ("obs", result)]
         response = f"Here is the result: {result}."
     tools = [t.schema() for t in families]
+    # without the Required lines: the generated data sets stay the ones recorded runs trained on
+    system = system_prompt(tools, required=False) if prompt == "rlla" else _short_system_prompt(tools)
     return {
         "kind": kind,
         "messages": [
-            {"role": "system", "content": system_prompt(tools) if prompt == "rlla" else _short_system_prompt(tools)},
+            {"role": "system", "content": system},
             {"role": "user", "content": dialogue_history(turns)},
         ],
         "tools": tools,

@@ -43,8 +43,10 @@ def _summarise(records: list[dict[str, Any]]) -> dict[str, float]:
 def toolcall_metrics(results: Iterable[EpisodeRecord]) -> dict[str, float]:
     """Evaluation metrics, overall and per data set (keys ``"<dataset>/<metric>"``).
 
-    ``all_exact_accuracy``: percent of examples with expected calls whose three
-    correctness rewards are at their maxima; ``all_exact_ci95_low`` / ``_high``: its
+    ``all_exact_accuracy``: percent of examples with expected calls that the env judged exact
+    (``info["exact"]``: BFCL's own verdict on a BFCL task of a Python category, else the three
+    correctness rewards at their maxima; records without it fall back to the rewards);
+    ``all_exact_ci95_low`` / ``_high``: its
     95 % Wilson interval (:func:`wilson_interval`). ``function_name``, ``parameter``,
     ``values``: each reward mapped to [0, 100] and averaged over the examples with
     expected calls; ``format``: the same over all examples. Records are

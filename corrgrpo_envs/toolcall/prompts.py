@@ -4,7 +4,8 @@ RLLA-4K and API-Bank rows carry their tools only inside the system prompt
 (``N. Name: ...`` / ``Description: ...`` / ``Parameters: {...}``, JSON in RLLA,
 a Python literal in API-Bank). :func:`tools_from_system_prompt` turns that list
 into JSON schemas for the observation's ``tools``; :func:`system_prompt`
-writes the same layout for tools given as schemas (generator, BFCL).
+writes the same layout for tools given as schemas (generator, BFCL), with a
+``Required: [...]`` line for a schema's required parameters.
 """
 
 from __future__ import annotations
@@ -50,8 +51,21 @@ def _properties(tool: Mapping[str, Any]) -> dict[str, Any]:
     return dict(params) if isinstance(params, Mapping) else {}
 
 
-def system_prompt(tools: Sequence[Mapping[str, Any]], preamble: str = "") -> str:
-    """The RLLA-layout system prompt for tools given as ``{"name", "description", "parameters"}`` schemas."""
+def _required(tool: Mapping[str, Any]) -> list[str]:
+    params = tool.get("parameters") or {}
+    required = params.get("required") if isinstance(params, Mapping) else None
+    return [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
+
+
+def system_prompt(
+    tools: Sequence[Mapping[str, Any]], preamble: str = "", required: bool = True
+) -> str:
+    """The RLLA-layout system prompt for tools given as ``{"name", "description", "parameters"}``
+    schemas.
+
+    ``required``: a tool whose schema lists required parameters gets a ``Required: [...]`` line
+    after its parameters (BFCL's checker rejects a call without them, so the model must see them).
+    """
     lines = [_INTRO, ""]
     if preamble:
         lines += [preamble.strip(), ""]
@@ -60,11 +74,14 @@ def system_prompt(tools: Sequence[Mapping[str, Any]], preamble: str = "") -> str
         lines.append(f"{i}. Name: {tool['name']}")
         lines.append(f"Description: {tool.get('description', '')}")
         lines.append(f"Parameters: {json.dumps(_properties(tool), ensure_ascii=False)}")
+        if required and _required(tool):
+            lines.append(f"Required: {json.dumps(_required(tool), ensure_ascii=False)}")
     return "\n".join(lines) + "\n\n" + _FORMAT
 
 
 _TOOL_ENTRY = re.compile(
-    r"^\d+\. Name: (?P<name>.*?)\nDescription: (?P<desc>.*?)\nParameters: (?P<params>.*?)$",
+    r"^\d+\. Name: (?P<name>.*?)\nDescription: (?P<desc>.*?)\nParameters: (?P<params>.*?)$"
+    r"(?:\nRequired: (?P<required>\[[^\n]*\])$)?",
     re.MULTILINE | re.DOTALL,
 )
 # API-Bank level 3 writes "N. ToolName: description" on one line.
@@ -96,13 +113,13 @@ def tools_from_system_prompt(text: str) -> list[dict[str, Any]]:
     for m in entries:
         params = _literal(m.group("params").strip())
         props = params if isinstance(params, dict) else {}
-        tools.append(
-            {
-                "name": m.group("name").strip(),
-                "description": m.group("desc").strip(),
-                "parameters": {"type": "object", "properties": props},
-            }
-        )
+        schema: dict[str, Any] = {"type": "object", "properties": props}
+        written = m.groupdict().get("required")
+        required = _literal(written) if written else None
+        if isinstance(required, list) and all(isinstance(r, str) for r in required):
+            schema["required"] = required
+        tools.append({"name": m.group("name").strip(), "description": m.group("desc").strip(),
+                      "parameters": schema})
     return tools
 
 

@@ -21,10 +21,16 @@ minima; with no expected call the three correctness rewards are 0; a vacuous
 maximum (``V_max = 0``) gives the maximum.
 
 An expected call is ``{"name", "parameters"}``; BFCL-style calls may add
-``"allowed"`` (each parameter's list of accepted values) and ``"optional"``
-(parameters that may be left out; they count as expected when given).
-Values are equal when they are the same JSON value; ``1`` equals ``1.0`` but
-``true`` is not ``1`` and ``"1"`` is not ``1``.
+``"allowed"`` (each parameter's list of accepted values; a dict spec, or a list of them,
+stands for the dicts it accepts) and ``"optional"`` (parameters that may be left out; they
+count as expected when given). Values are equal when they are the same JSON value; ``1``
+equals ``1.0`` but ``true`` is not ``1`` and ``"1"`` is not ``1``.
+
+These are training rewards. A task may be judged by a benchmark's own rule instead (BFCL's,
+:mod:`corrgrpo_envs.toolcall.bfcl_verdict`): :func:`score_answer`'s ``benchmark`` then decides
+``exact``, which can differ from "the three correctness rewards at their maxima" (BFCL ignores
+case and some punctuation in strings, rejects an integer written as a float, ...; see
+docs/toolcall.md).
 
 Rule sets (``rules=``):
 
@@ -46,7 +52,7 @@ Rule sets (``rules=``):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +68,8 @@ __all__ = [
     "multiset_jaccard",
     "values_equal",
     "allowed_value_matches",
+    "is_dict_spec",
+    "is_spec_list",
     "match_calls",
     "calls_exactly_match",
     "function_name_reward",
@@ -103,25 +111,41 @@ def values_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _is_nested_spec(value: Any) -> bool:
-    # BFCL writes the accepted values of a dict-valued argument as a dict of lists.
+def is_dict_spec(value: Any) -> bool:
+    """Whether an accepted value is a BFCL dict spec: a non-empty dict of lists of accepted values
+    (BFCL's spelling of a dict-valued argument)."""
     return isinstance(value, dict) and bool(value) and all(isinstance(v, list) for v in value.values())
 
 
-def allowed_value_matches(allowed: Any, value: Any) -> bool:
-    """Whether ``value`` equals the accepted value ``allowed`` (a BFCL nested spec is matched key by key)."""
-    if values_equal(allowed, value):
-        return True
-    if _is_nested_spec(allowed) and isinstance(value, dict):
-        for key, options in allowed.items():
-            options = options or [[], ""]  # an empty list of accepted values: [] or left out
-            if key in value:
-                if not any(allowed_value_matches(o, value[key]) for o in options):
-                    return False
-            elif "" not in options:
+def is_spec_list(value: Any) -> bool:
+    """Whether an accepted value is a non-empty list of BFCL dict specs (a list-of-dicts argument)."""
+    return isinstance(value, list) and bool(value) and all(is_dict_spec(v) for v in value)
+
+
+def _spec_matches(spec: Mapping[str, list[Any]], value: Any) -> bool:
+    # One level deep, as BFCL's checker reads specs: the values inside are compared as they are.
+    if not isinstance(value, dict):
+        return False
+    for key, options in spec.items():
+        options = options or [[], ""]  # an empty list of accepted values: [] or left out
+        if key in value:
+            if not any(values_equal(o, value[key]) for o in options):
                 return False
-        return all(key in allowed for key in value)
-    return False
+        elif "" not in options:
+            return False
+    return all(key in spec for key in value)
+
+
+def allowed_value_matches(allowed: Any, value: Any) -> bool:
+    """Whether ``value`` equals the accepted value ``allowed``. A BFCL dict spec is matched key
+    by key and a list of them item by item (:func:`is_dict_spec`, :func:`is_spec_list`); the spec
+    itself, written as a value, does not match."""
+    if is_dict_spec(allowed):
+        return _spec_matches(allowed, value)
+    if is_spec_list(allowed):
+        return (isinstance(value, list) and len(value) == len(allowed)
+                and all(_spec_matches(s, v) for s, v in zip(allowed, value)))
+    return values_equal(allowed, value)
 
 
 def _value_matches(expected: Call, key: str, value: Any) -> bool:
@@ -343,18 +367,22 @@ class AnswerScore:
     """The four rewards of one answer, and what the environment reports about it."""
 
     rewards: dict[str, float]
-    exact: bool  # calls were expected and the three correctness rewards are at their maxima
+    #: calls were expected, and the benchmark accepts the calls (without one: the three
+    #: correctness rewards are at their maxima)
+    exact: bool
     num_predicted_calls: int
     error: str | None = None
 
 
 def score_answer(
     answer: str, expected_calls: Sequence[Call], expects_response: bool, rules: str = "paper",
-    ordered: bool = True,
+    ordered: bool = True, benchmark: Callable[[list[dict[str, Any]] | None], bool] | None = None,
 ) -> AnswerScore:
     """Score an answer against the expected calls (``[]``: no call expected) under a rule set
     of :data:`RULE_SETS`; ``ordered=False``: the calls may come in any order (BFCL's parallel
-    categories). Never raises on any answer."""
+    categories). ``benchmark``: a verdict on the answer's calls (``None`` when they cannot be
+    read) that decides ``exact`` in place of the rewards. Never raises on any answer (nor may
+    ``benchmark``)."""
     _check_rules(rules)
     parsed = parse_answer(answer)
     error: str | None = None
@@ -371,7 +399,10 @@ def score_answer(
         "values": values_r,
         "format": format_reward(answer, bool(expected_calls), expects_response),
     }
-    exact = bool(expected_calls) and all(
-        rewards[n] == hi for n, hi in zip(REWARD_NAMES[:3], REWARD_HIGH[:3])
-    )
+    if benchmark is not None:
+        exact = bool(expected_calls) and benchmark(predicted)
+    else:
+        exact = bool(expected_calls) and all(
+            rewards[n] == hi for n, hi in zip(REWARD_NAMES[:3], REWARD_HIGH[:3])
+        )
     return AnswerScore(rewards, exact, len(parsed.tool_calls), error)
