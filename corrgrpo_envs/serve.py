@@ -3,13 +3,16 @@
 ENV is a registered id, an entry point ``package.module:attribute`` or an env YAML;
 ``key=value`` arguments after it are the env's keyword arguments (a value that reads as
 JSON is that number, boolean, list or object; anything else is a string).
-The server is the ``openenv`` package's own (extra ``openenv``), run by uvicorn.
+The server is the ``openenv`` package's own (extra ``openenv``), run by uvicorn, with the
+limits of :mod:`corrgrpo_envs.integrations.openenv_limits` (token, body cap, idle sessions,
+reference answers off unless ``--serve-references``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 __all__ = ["add_arguments", "run", "parse_env_arguments", "main"]
@@ -35,7 +38,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 for other machines)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
-    parser.add_argument("--max-sessions", type=int, default=64, help="concurrent WebSocket sessions per worker")
+    parser.add_argument("--max-sessions", type=int, default=64, help="concurrent sessions per worker")
+    parser.add_argument(
+        "--token", default=None,
+        help="shared token: every path but /health then needs 'Authorization: Bearer TOKEN' "
+        "(default: the CORRGRPO_OPENENV_TOKEN environment variable; none when unset)",
+    )
+    parser.add_argument(
+        "--serve-references", action="store_true",
+        help="let clients read the env's reference answers (/{name}/task; corrgrpo sft needs it)",
+    )
+    parser.add_argument(
+        "--session-idle-s", type=float, default=600.0,
+        help="close a WebSocket session whose client sends nothing for this many seconds",
+    )
+    parser.add_argument(
+        "--session-detached-s", type=float, default=60.0,
+        help="close a session with no WebSocket (made over HTTP /mcp, or whose WebSocket closed) "
+        "this many seconds after its last request",
+    )
     parser.add_argument("--log-level", default="warning")
 
 
@@ -47,23 +68,60 @@ def run(args: argparse.Namespace) -> int:
         return 2
     kwargs.setdefault("split", "all")
     try:
-        from corrgrpo_envs.integrations.openenv_server import serve
+        from corrgrpo_envs.integrations.openenv_limits import (
+            TOKEN_VARIABLE,
+            ServerLimits,
+            is_loopback,
+        )
+        from corrgrpo_envs.integrations.openenv_server import EnvBuildError, serve
     except ImportError as exc:
         print(
             f"error: corrgrpo serve needs the openenv extra ({exc.name or exc} is missing): "
             "pip install -e '.[openenv]' && pip install --no-deps openenv==0.10.0"
         )
         return 2
-    print(f"serving {args.env} {kwargs} over OpenEnv on http://{args.host}:{args.port} (ws /ws)", flush=True)
-    serve(
-        args.env,
-        kwargs,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        max_sessions=args.max_sessions,
-        log_level=args.log_level,
-    )
+    token = args.token if args.token is not None else os.environ.get(TOKEN_VARIABLE, "")
+    if args.token is not None and not args.token:
+        print("error: --token is empty")
+        return 2
+    try:
+        limits = ServerLimits(
+            token=token or None,
+            session_idle_s=args.session_idle_s,
+            detached_s=args.session_detached_s,
+            serve_references=args.serve_references,
+        )
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return 2
+    if limits.token is None and not is_loopback(args.host):
+        print(
+            f"warning: serving on {args.host} without a token: anyone who can reach port {args.port} "
+            f"can open sessions and use the env; pass --token or set {TOKEN_VARIABLE}",
+            flush=True,
+        )
+    notes = [n for n, on in (("token required", limits.token), ("references served", limits.serve_references)) if on]
+
+    def announce() -> None:
+        extra = f"; {', '.join(notes)}" if notes else ""
+        print(f"serving {args.env} {kwargs} over OpenEnv on http://{args.host}:{args.port} (ws /ws){extra}",
+              flush=True)
+
+    try:
+        serve(
+            args.env,
+            kwargs,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            max_sessions=args.max_sessions,
+            log_level=args.log_level,
+            limits=limits,
+            on_ready=announce,
+        )
+    except EnvBuildError as exc:
+        print(f"error: {exc}")
+        return 2
     return 0
 
 

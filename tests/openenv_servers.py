@@ -22,10 +22,13 @@ def free_port() -> int:
 
 
 class Server:
-    """One server process; ``url`` is its ``openenv://`` address, ``base`` its HTTP one."""
+    """One server process; ``url`` is its ``openenv://`` address, ``base`` its HTTP one.
+
+    ``env`` adds variables to the server's environment (a value of ``None`` removes one).
+    """
 
     def __init__(
-        self, argv: list[str], port: int, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+        self, argv: list[str], port: int, log: Path, env: dict[str, str | None] | None = None, cwd: Path | None = None
     ):
         self.argv, self.port, self.log, self.cwd = argv, port, log, cwd or ROOT
         self.extra_env = env or {}
@@ -43,6 +46,7 @@ class Server:
         """Start the process without waiting for it to answer."""
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                "OMP_NUM_THREADS": "1", **self.extra_env}
+        env = {k: v for k, v in env.items() if v is not None}  # None in ``env`` unsets a variable
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
         return self

@@ -52,7 +52,8 @@ def servers(tmp_path_factory):
             if env_id == "corrgrpo/AgentDojo-v0" and not HAS_AGENTDOJO:
                 continue
             args = [f"{k}={v}" for k, v in kwargs.items()]
-            started[env_id] = corrgrpo_serve(env_id, *args, tmp=tmp).launch()
+            # the task listing and sft tests read reference answers, which are off by default
+            started[env_id] = corrgrpo_serve(env_id, *args, tmp=tmp, options=("--serve-references",)).launch()
         for server in started.values():  # started together, waited for in turn
             server.start()
         yield started

@@ -1,7 +1,8 @@
 """Serving a corrgrpo env as an OpenEnv ``Environment`` through the ``openenv`` package's server.
 
-``corrgrpo serve ENV`` builds a FastAPI app with :func:`openenv.core.env_server.create_app`
-(routes ``/ws``, ``/reset``, ``/step``, ``/state``, ``/schema``, ``/metadata``, ``/health``
+``corrgrpo serve ENV`` builds a FastAPI app with the routes of OpenEnv's
+:class:`~openenv.core.env_server.http_server.HTTPEnvServer` (what ``create_app`` serves:
+``/ws``, ``/reset``, ``/step``, ``/state``, ``/schema``, ``/metadata``, ``/health``, ``/mcp``
 and the task listing ``/{env_name}/splits|tasks|num_tasks|task|task_range``) and runs it
 with uvicorn. Nothing here speaks HTTP or WebSocket itself.
 
@@ -19,27 +20,33 @@ The reward-vector convention (the one NeMo Gym and SkyRL use):
 One WebSocket session is one corrgrpo env instance (sessions are isolated; the
 server accepts ``max_sessions`` at once). The verdicts are computed by the corrgrpo
 env inside the server; the rubrics only read them back, so nothing a client sends
-can set a reward.
+can set a reward. What the server allows (a token, the body cap, idle sessions, the
+reference answers) is :mod:`corrgrpo_envs.integrations.openenv_limits`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from fastapi import HTTPException
-from openenv.core.env_server.http_server import create_app
+from fastapi import FastAPI, HTTPException
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 from openenv.core.rubrics import Rubric
 from pydantic import ConfigDict, Field
 
 from corrgrpo_envs.core import MAX_ACTION_CHARS
+from corrgrpo_envs.integrations.openenv_limits import (
+    BoundaryMiddleware,
+    LimitedEnvServer,
+    ServerLimits,
+)
 from corrgrpo_envs.registry import description, make
 
 __all__ = [
@@ -50,6 +57,8 @@ __all__ = [
     "RewardVectorRubric",
     "MultiRewardOpenEnv",
     "reward_spec",
+    "EnvBuildError",
+    "ServerLimits",
     "build_app",
     "serve",
     "max_message_bytes",
@@ -57,6 +66,11 @@ __all__ = [
 
 #: The variable that carries the env spec to uvicorn's worker processes (``--workers N``).
 SPEC_VARIABLE = "CORRGRPO_OPENENV_SPEC"
+#: The answer to ``/{name}/task`` when reference answers are not served.
+REFERENCES_OFF = (
+    "reference answers are not served: start the server with "
+    "'corrgrpo serve ENV --serve-references' to let clients read them"
+)
 
 
 class TextAction(Action):
@@ -150,8 +164,11 @@ class MultiRewardOpenEnv(Environment):
     Args:
         env: a registered id, an entry point or a YAML config (as :func:`corrgrpo_envs.make`).
         env_kwargs: keyword arguments for the env (``split``, ``dataset``, ...).
-        observation_cls: the observation model (built by :func:`observation_class`).
+        observation_cls: the observation model (default: :func:`observation_class` of the
+            env's reward table).
         env_name: the public name of the env in the task listing routes.
+        serve_references: whether ``get_task`` gives the env's reference messages
+            (``corrgrpo serve --serve-references``); without it, it answers 403.
 
     ``reset`` takes ``seed``, ``episode_id``, and either ``task_id`` or OpenEnv's
     ``split`` + ``index``; anything else is an error that names the argument.
@@ -163,16 +180,18 @@ class MultiRewardOpenEnv(Environment):
         self,
         env: str,
         env_kwargs: Mapping[str, Any] | None = None,
-        observation_cls: type[ConversationObservation] = ConversationObservation,
+        observation_cls: type[ConversationObservation] | None = None,
         env_name: str | None = None,
+        serve_references: bool = False,
     ):
         self._env_id = str(env)
         self._env = make(env, **dict(env_kwargs or {}))
         u = self._env.unwrapped
         super().__init__(rubric=RewardVectorRubric(u.reward_names, u.reward_weights))
-        self._obs_cls = observation_cls
         self._names = tuple(u.reward_names)
         self._spec = u.reward_table()
+        self._obs_cls = observation_cls or observation_class(self._spec)
+        self._serve_references = bool(serve_references)
         self._known = set(u.task_ids)
         self._env_name = env_name or self._env_id
         self._state = EpisodeState()
@@ -291,8 +310,19 @@ class MultiRewardOpenEnv(Environment):
     def num_tasks(self, split: str) -> int:
         return len(self._split(split))
 
+    @property
+    def observation_cls(self) -> type[ConversationObservation]:
+        """The observation model (its JSON schema lists the reward components)."""
+        return self._obs_cls
+
     def get_task(self, split: str, index: int) -> dict[str, Any]:
-        """One task; ``reference`` holds the env's reference messages where it has them."""
+        """One task; ``reference`` holds the env's reference messages where it has them.
+
+        Reference answers are what a policy is scored against, so they are served only
+        when the server was started with ``--serve-references``; otherwise 403.
+        """
+        if not self._serve_references:
+            raise HTTPException(status_code=403, detail=REFERENCES_OFF)
         task = self._task_at(split, index)
         row: dict[str, Any] = {"id": task.id, "index": index}
         try:
@@ -322,37 +352,75 @@ def public_name(env: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in base) or "env"
 
 
-def build_app(env: str, env_kwargs: Mapping[str, Any] | None = None, max_sessions: int = 64) -> Any:
-    """The FastAPI app serving ``env`` through OpenEnv's ``create_app``.
+class EnvBuildError(ValueError):
+    """The env to serve cannot be built (an unknown id, a bad argument): nothing was started."""
 
-    One probe env is built here to read the reward names, bounds and weights for
-    ``/schema``, and to fail before the server starts when the env cannot be built.
+
+def _build_route_env(env: str, kwargs: Mapping[str, Any], name: str, limits: ServerLimits) -> MultiRewardOpenEnv:
+    try:
+        return MultiRewardOpenEnv(str(env), kwargs, None, name, limits.serve_references)
+    except Exception as exc:  # whatever the env raises, the operator gets one line naming it
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise EnvBuildError(f"cannot build {env} with {dict(kwargs)}: {type(exc).__name__}: {first}") from exc
+
+
+def build_app(
+    env: str,
+    env_kwargs: Mapping[str, Any] | None = None,
+    max_sessions: int = 64,
+    limits: ServerLimits | None = None,
+) -> Any:
+    """The ASGI app serving ``env``: OpenEnv's routes, bounded by ``limits``.
+
+    The routes are OpenEnv's own (:class:`HTTPEnvServer`, here its subclass
+    :class:`LimitedEnvServer`), wrapped in :class:`BoundaryMiddleware`. One env is built
+    here: it gives ``/schema`` the reward names, bounds and weights, fails before the
+    server starts when the env cannot be built (:class:`EnvBuildError`), and then answers
+    the task listing and the other per-request routes. Each session builds its own.
     """
     kwargs = dict(env_kwargs or {})
-    probe = make(env, **kwargs)
-    try:
-        spec = reward_spec(probe)
-    finally:
-        probe.close()
-    obs_cls = observation_class(spec)
+    limits = limits or ServerLimits()
     name = public_name(str(env))
+    route_env = _build_route_env(env, kwargs, name, limits)
+    obs_cls = route_env.observation_cls
     # A partial of the class lets OpenEnv read SUPPORTS_CONCURRENT_SESSIONS without
     # building a throwaway env; each session calls it for its own env.
-    bound = functools.partial(MultiRewardOpenEnv, str(env), kwargs, obs_cls, name)
-    return create_app(
-        bound,
+    session_env = functools.partial(MultiRewardOpenEnv, str(env), kwargs, obs_cls, name, limits.serve_references)
+    app = FastAPI(
+        title=f"OpenEnv server: {env}",
+        version="1.0.0",
+        description=description(str(env)) or f"corrgrpo env {env} over OpenEnv",
+    )
+    server = LimitedEnvServer(
+        session_env,
+        route_env,
         TextAction,
         obs_cls,
         env_name=name,
-        max_concurrent_envs=int(max_sessions),
         state_cls=EpisodeState,
+        max_sessions=int(max_sessions),
+        detached_s=limits.detached_s,
     )
+    server.register_routes(app, mode=os.environ.get("OPENENV_MODE", "simulation"))
+    max_chars = int(kwargs.get("max_action_chars", MAX_ACTION_CHARS))
+    app.add_middleware(
+        BoundaryMiddleware,
+        max_body_bytes=max_message_bytes(max_chars),
+        token=limits.token,
+        session_idle_s=limits.session_idle_s,
+    )
+    return app
+
+
+def _spec_of(env: str, kwargs: Mapping[str, Any], max_sessions: int, limits: ServerLimits) -> str:
+    return json.dumps({"env": str(env), "env_kwargs": dict(kwargs), "max_sessions": int(max_sessions),
+                       "limits": dataclasses.asdict(limits)})
 
 
 def app_from_environment() -> Any:
     """The app for uvicorn's worker processes: the spec comes in :data:`SPEC_VARIABLE`."""
     spec = json.loads(os.environ[SPEC_VARIABLE])
-    return build_app(spec["env"], spec["env_kwargs"], spec["max_sessions"])
+    return build_app(spec["env"], spec["env_kwargs"], spec["max_sessions"], ServerLimits(**spec.get("limits", {})))
 
 
 def serve(
@@ -363,15 +431,20 @@ def serve(
     workers: int = 1,
     max_sessions: int = 64,
     log_level: str = "warning",
+    limits: ServerLimits | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Run the OpenEnv server for ``env`` with uvicorn until interrupted.
 
     ``workers`` > 1 starts that many uvicorn worker processes on one port (each
-    WebSocket session lives in one of them); ``max_sessions`` is per process.
+    WebSocket session lives in one of them); ``max_sessions`` is per process. The env
+    is built before uvicorn starts, so an env that cannot be built raises
+    :class:`EnvBuildError` and nothing listens; ``on_ready`` is called once it is built.
     """
     import uvicorn
 
     kwargs = dict(env_kwargs or {})
+    limits = limits or ServerLimits()
     max_chars = int(kwargs.get("max_action_chars", MAX_ACTION_CHARS))
     options: dict[str, Any] = {
         "host": host,
@@ -380,9 +453,13 @@ def serve(
         "ws_max_size": max_message_bytes(max_chars),
     }
     if int(workers) > 1:
-        os.environ[SPEC_VARIABLE] = json.dumps(
-            {"env": str(env), "env_kwargs": kwargs, "max_sessions": int(max_sessions)}
-        )
+        _build_route_env(env, kwargs, public_name(str(env)), limits).close()  # fail here, not in N workers
+        os.environ[SPEC_VARIABLE] = _spec_of(env, kwargs, max_sessions, limits)
+        if on_ready is not None:
+            on_ready()
         uvicorn.run(f"{__name__}:app_from_environment", factory=True, workers=int(workers), **options)
     else:
-        uvicorn.run(build_app(env, kwargs, max_sessions), **options)
+        app = build_app(env, kwargs, max_sessions, limits)
+        if on_ready is not None:
+            on_ready()
+        uvicorn.run(app, **options)
