@@ -48,7 +48,7 @@ from corrgrpo_envs.agentdojo.cases import (
 from corrgrpo_envs.agentdojo.datasets import DATASETS
 from corrgrpo_envs.agentdojo.episode import AgentDojoEpisode, Scores, load_environment, tool_schemas
 from corrgrpo_envs.agentdojo.metrics import agentdojo_metrics
-from corrgrpo_envs.agentdojo.pasting import PasteMeasure, environment_text, measure, word_ngrams
+from corrgrpo_envs.agentdojo.pasting import PasteMeasure, Source, environment_text, measure
 from corrgrpo_envs.agentdojo.rewards import (
     CLEAN_SECURITY,
     DEFAULT_WEIGHTS,
@@ -157,7 +157,7 @@ class AgentDojoEnv(MultiRewardEnv):
         if not isinstance(paste_guard, bool):
             raise ValueError(f"paste_guard must be a bool, got {paste_guard!r}")
         self.paste_guard = paste_guard
-        self._environment_ngrams: dict[str, set[tuple[str, ...]]] = {}
+        self._environment_sources: dict[str, Source] = {}
         self._suites = benchmark_suites(benchmark_version)
         if system_message is None:
             from agentdojo.agent_pipeline.agent_pipeline import load_system_message
@@ -290,14 +290,14 @@ class AgentDojoEnv(MultiRewardEnv):
         text ``answer`` reproduces (:func:`corrgrpo_envs.agentdojo.pasting.measure`)."""
         assert self._episode is not None
         case_id = self._episode.case.id
-        ngrams = self._environment_ngrams.get(case_id)
-        if ngrams is None:
-            if len(self._environment_ngrams) >= 64:  # the environment text of a few cases at most
-                self._environment_ngrams.clear()
-            ngrams = word_ngrams(environment_text(self._episode.pre_environment))
-            self._environment_ngrams[case_id] = ngrams
+        source = self._environment_sources.get(case_id)
+        if source is None:
+            if len(self._environment_sources) >= 64:  # the environment text of a few cases at most
+                self._environment_sources.clear()
+            source = Source([environment_text(self._episode.pre_environment)])
+            self._environment_sources[case_id] = source
         outputs = (m["content"] for m in messages if m.get("role") == "tool" and isinstance(m.get("content"), str))
-        return measure(answer, outputs, ngrams)
+        return measure(answer, outputs, source)
 
     def _end_info(self, scores: Scores, final_answer: str) -> dict[str, Any]:
         assert self._episode is not None
