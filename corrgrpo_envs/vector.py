@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
+import sys
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -152,7 +153,12 @@ class GroupedVectorEnv:
         self._procs: list[mp.process.BaseProcess] = []
         self._conns: list[Connection] = []
         if executor == "thread":
-            self._envs = {i: _build_env(env, env_kwargs) for i in range(self.num_envs)}
+            try:
+                for i in range(self.num_envs):
+                    self._envs[i] = _build_env(env, env_kwargs)
+            except BaseException:
+                self.close()  # the members built so far hold sessions and threads
+                raise
             meta = _describe(self._envs[0])
             if self.workers > 1:
                 self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="corrgrpo-env")
@@ -340,14 +346,18 @@ class GroupedVectorEnv:
             raise RuntimeError("GroupedVectorEnv is closed")
 
     def close(self) -> None:
-        """Stop the workers and close every env (idempotent)."""
-        if self._closed:
+        """Stop the workers and close every env (idempotent; every env is closed even if one fails)."""
+        if getattr(self, "_closed", True):  # closed, or __init__ failed before there was anything to close
             return
         self._closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+        failure: BaseException | None = None
         for env in self._envs.values():
-            env.close()
+            try:
+                env.close()
+            except Exception as exc:  # close the others first, then report it
+                failure = failure or exc
         for conn in self._conns:
             try:
                 conn.send(("close", None))
@@ -360,6 +370,8 @@ class GroupedVectorEnv:
                 proc.join(timeout=1)
         for conn in self._conns:
             conn.close()
+        if failure is not None:
+            raise failure
 
     def __enter__(self) -> GroupedVectorEnv:
         return self
@@ -368,6 +380,10 @@ class GroupedVectorEnv:
         self.close()
 
     def __del__(self) -> None:
+        # At interpreter shutdown closing could start a thread (an OpenEnv client's event loop),
+        # which never returns then: skip it, the OS closes sockets and daemon workers end.
+        if sys.is_finalizing():
+            return
         try:
             self.close()
         except Exception:

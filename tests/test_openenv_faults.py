@@ -125,10 +125,12 @@ def test_a_third_party_server_with_wrong_components_is_an_error_naming_server_ta
             with pytest.raises(RemoteRewardError, match=f"OpenEnv server {server.base}, {message}"):
                 env.step("hello")
         env.close()
-        # without declared names the server's components cannot be read as one scalar either
+        # without declared names the components are learned from a first episode (seed-0: a good
+        # vector), and a step that then carries another set is an error naming the fix
         env = corrgrpo_envs.make(server.url, num_tasks=5)
-        env.reset(options={"task_id": env.unwrapped.task_ids[0]})
-        with pytest.raises(RemoteRewardError, match="unknown"):
+        assert env.unwrapped.reward_names == ("a", "b")
+        env.reset(options={"task_id": "seed-4"})
+        with pytest.raises(RemoteRewardError, match=r"has unknown \['c'\].*set env.reward_names"):
             env.step("hello")
         env.close()
     finally:

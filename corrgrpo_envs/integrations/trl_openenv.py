@@ -31,11 +31,12 @@ Neither ``trl`` nor ``datasets`` is imported here (``datasets`` when the dataset
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from corrgrpo_envs.integrations.openenv_client import RemoteRewardError, parse_urls
+from corrgrpo_envs.integrations.openenv_client import RemoteRewardError, auth_headers, parse_urls
 from corrgrpo_envs.integrations.trl import completion_text, prompt_dataset
 
 __all__ = ["OpenEnvRollout", "component_reward_functions", "for_trl_openenv", "TRLOpenEnvSetup"]
@@ -55,7 +56,10 @@ class OpenEnvRollout:
 
         self._url = parse_urls(url)[0]
         self._names = tuple(reward_names)
-        self._client = GenericEnvClient(base_url=self._url, message_timeout_s=timeout_s).sync()
+        # the shared token ($CORRGRPO_OPENENV_TOKEN), as OpenEnvEnv sends it
+        self._client = GenericEnvClient(
+            base_url=self._url, message_timeout_s=timeout_s, headers=auth_headers()
+        ).sync()
         self._client.connect()
         self._task_id: str | None = None
         self._components: dict[str, float] | None = None
@@ -98,6 +102,10 @@ class OpenEnvRollout:
         return self._components
 
     def __del__(self) -> None:
+        # At interpreter shutdown the sync client's close would start its event-loop thread,
+        # which never returns then: leave the socket to the OS.
+        if sys.is_finalizing():
+            return
         try:
             self._client.close()
         except Exception:

@@ -85,6 +85,7 @@ def run_training(
     (e.g. bad data, a rollout server that stays down: the last checkpoint is intact).
     """
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console(stderr=True)
     cfg = load_or_report(load, args, console)
@@ -99,8 +100,8 @@ def run_training(
         if trainer.accelerator.is_main_process:
             console.print(banner(cfg, trainer), soft_wrap=True)
         out = trainer.train()
-    except known as exc:
-        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+    except known as exc:  # escaped: a message may quote what a server sent
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         return next(code for kind, code in errors.items() if isinstance(exc, kind))
     if trainer.accelerator.is_main_process:
         summary(console, out)

@@ -16,11 +16,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from corrgrpo_envs.integrations.openenv_client import RemoteEnvError
     from trainer.sft import SFTTrainer, load_sft_config
     from trainer.sft_data import SFTDataError
 
+    # the env's references are read (and its envs closed) before training starts;
+    # a server that fails or refuses them ends the command with one error line: exit 1
     return run_training(
-        args, load_sft_config, SFTTrainer, _banner, _summary, {SFTDataError: 2, FileNotFoundError: 2}
+        args, load_sft_config, SFTTrainer, _banner, _summary,
+        {SFTDataError: 2, FileNotFoundError: 2, RemoteEnvError: 1},
     )
 
 

@@ -24,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import subprocess
 
+    from corrgrpo_envs.integrations.openenv_client import RemoteEnvError
     from trainer.config import ConfigError
     from trainer.sweep import run_sweep
 
@@ -38,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}")
         return 2
+    except RemoteEnvError as exc:  # the env's servers, asked for its reward bounds before any run
+        print(f"error: {exc}")
+        return 1
     except subprocess.CalledProcessError as exc:
         print(f"error: a run failed ({exc}); see sweep.log in its folder; run the same command again to resume")
         return 1

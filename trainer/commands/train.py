@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import suppress
 
 from rich.console import Console
 
@@ -16,12 +17,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from corrgrpo_envs.integrations.openenv_client import RemoteEnvError
     from trainer.config import load_config
     from trainer.server_engine import RolloutServerError
     from trainer.trainer import Trainer
 
+    built: list[Trainer] = []
+
+    def build(cfg) -> Trainer:
+        built.append(Trainer(cfg))
+        return built[-1]
+
     # a server that stays down stops the run cleanly (its last checkpoint is intact): exit 1
-    return run_training(args, load_config, Trainer, _banner, _summary, {RolloutServerError: 1})
+    try:
+        return run_training(
+            args, load_config, build, _banner, _summary, {RolloutServerError: 1, RemoteEnvError: 1}
+        )
+    finally:
+        for trainer in built:  # train() closes its envs when it ends; an error ends it early
+            with suppress(Exception):
+                trainer.venv.close()
 
 
 def _banner(cfg, trainer) -> str:
