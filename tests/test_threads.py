@@ -37,3 +37,33 @@ def test_configure_threads_sets_torch_and_worker_env(monkeypatch):
             configure_threads(0)
     finally:
         torch.set_num_threads(before)
+
+
+
+def test_omp_num_threads_is_the_users_choice_unless_the_config_gives_one(monkeypatch):
+    from trainer.threads import choose_threads, threads_from_environment
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads_from_environment() == 3
+    assert choose_threads(None) == (3, "OMP_NUM_THREADS")
+    assert choose_threads(2) == (2, "config")
+    monkeypatch.setenv("OMP_NUM_THREADS", "4,2")  # OpenMP's nested form: the outer count
+    assert choose_threads(None) == (4, "OMP_NUM_THREADS")
+    for unusable in ("", "0", "many"):
+        monkeypatch.setenv("OMP_NUM_THREADS", unusable)
+        assert choose_threads(None) == (auto_torch_threads(), "automatic"), unusable
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert choose_threads(None, 1, "process") == (auto_torch_threads(1, "process"), "automatic")
+
+
+def test_the_variable_exported_for_worker_processes_is_not_read_back_as_the_users(monkeypatch):
+    from trainer.threads import choose_threads
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in THREAD_ENV_VARS})
+    try:
+        configure_threads(None, reward_workers=1, reward_executor="process")
+        assert os.environ["OMP_NUM_THREADS"] == "1"  # for the worker processes
+        assert choose_threads(None)[1] == "automatic"
+    finally:
+        torch.set_num_threads(before)

@@ -12,7 +12,9 @@ Reward workers in threads of the same process compute while torch does not (a st
 generates, then scores), so only process workers count. They are idle during most of
 the torch work too, but not always (sandboxed programs that run to their time limit,
 AgentDojo checks), and the two costs are lopsided: one thread fewer costs at most a
-factor 2 on 2 cores, threads fighting for a taken core cost tens. Worker processes get
+factor 2 on 2 cores, threads fighting for a taken core cost tens. A user's
+``OMP_NUM_THREADS`` (the variable torch, TRL and every OpenMP program honour) overrides the
+rule; ``rollout.torch_threads`` (or SFT's ``train.torch_threads``) overrides both. Worker processes get
 one OpenMP/MKL thread each through their environment (``worker_env``): numpy or torch
 in a worker otherwise starts one thread per core.
 """
@@ -21,7 +23,18 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["available_cores", "auto_torch_threads", "configure_threads", "worker_env", "THREAD_ENV_VARS"]
+__all__ = [
+    "available_cores",
+    "auto_torch_threads",
+    "choose_threads",
+    "configure_threads",
+    "threads_from_environment",
+    "worker_env",
+    "THREAD_ENV_VARS",
+]
+
+#: The thread variables :func:`configure_threads` exported itself (for its worker processes).
+_EXPORTED: dict[str, str] = {}
 
 #: Environment variables that size the thread pools of OpenMP, MKL and OpenBLAS.
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -58,9 +71,39 @@ def auto_torch_threads(
     return max(1, share - busy)
 
 
+def threads_from_environment() -> int | None:
+    """The thread count ``OMP_NUM_THREADS`` asks for, or None when it is unset or not a positive integer.
+
+    OpenMP also accepts a list (``4,2`` for nested levels); its first entry is the outer count.
+    """
+    raw = os.environ.get("OMP_NUM_THREADS", "")
+    if raw and raw == _EXPORTED.get("OMP_NUM_THREADS"):
+        return None  # exported by configure_threads for worker processes, not the user's choice
+    value = raw.split(",")[0].strip()
+    try:
+        threads = int(value)
+    except ValueError:
+        return None
+    return threads if threads >= 1 else None
+
+
 def worker_env(threads: int = 1) -> dict[str, str]:
     """Thread-count variables for worker processes (OpenMP, MKL, OpenBLAS)."""
     return {var: str(threads) for var in THREAD_ENV_VARS}
+
+
+def choose_threads(
+    requested: int | None,
+    reward_workers: int = 0,
+    reward_executor: str = "thread",
+) -> tuple[int, str]:
+    """The torch thread count and where it came from (``config``, ``OMP_NUM_THREADS`` or ``automatic``)."""
+    if requested is not None:
+        return int(requested), "config"
+    from_env = threads_from_environment()
+    if from_env is not None:
+        return from_env, "OMP_NUM_THREADS"
+    return auto_torch_threads(reward_workers, reward_executor), "automatic"
 
 
 def configure_threads(
@@ -68,7 +111,7 @@ def configure_threads(
     reward_workers: int = 0,
     reward_executor: str = "thread",
 ) -> int:
-    """Set torch's intra-op threads (``requested``, or :func:`auto_torch_threads` when None).
+    """Set torch's intra-op threads: ``requested``, else ``OMP_NUM_THREADS``, else :func:`auto_torch_threads`.
 
     Also exports one thread per OpenMP/MKL pool for worker processes started later
     (unless the variables are already set), so reward workers do not oversubscribe the
@@ -81,9 +124,10 @@ def configure_threads(
 
     if requested is not None and requested < 1:
         raise ValueError(f"rollout.torch_threads: must be >= 1, got {requested}")
-    threads = requested if requested is not None else auto_torch_threads(reward_workers, reward_executor)
+    threads, _ = choose_threads(requested, reward_workers, reward_executor)
     torch.set_num_threads(threads)
     if reward_executor == "process":
         for var, value in worker_env(1).items():
-            os.environ.setdefault(var, value)
+            if var not in os.environ:
+                os.environ[var] = _EXPORTED[var] = value
     return threads

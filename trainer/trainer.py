@@ -50,7 +50,7 @@ from trainer.rollout import (
 )
 from trainer.run_context import RunContext
 from trainer.sampler import TaskSampler, mix_seed
-from trainer.threads import configure_threads
+from trainer.threads import choose_threads, configure_threads
 from trainer.update import PolicyUpdater
 
 __all__ = ["Trainer", "train"]
@@ -76,6 +76,7 @@ class Trainer:
 
         r = cfg.rollout  # threads first: reward worker processes inherit their OMP/MKL settings
         self.torch_threads = configure_threads(r.torch_threads, r.reward_workers, r.reward_executor)
+        self.torch_threads_source = choose_threads(r.torch_threads, r.reward_workers, r.reward_executor)[1]
         if r.overlap:  # set before the rollout engine exists: vLLM fixes its count when it starts
             side_threads, worker_threads = overlap_threads(self.torch_threads, r.backend)
             torch.set_num_threads(side_threads)

@@ -34,7 +34,8 @@ def _banner(cfg, trainer) -> str:
     return (
         f"[bold]corrgrpo sft[/bold] {source} | model {cfg.model.name_or_path}{lora} | "
         f"{len(trainer.train_examples)} examples ({len(trainer.eval_examples)} held out) | "
-        f"{cfg.train.batch_size} per step | {trainer.world} process(es) -> {trainer.output_dir}"
+        f"{cfg.train.batch_size} per step | {trainer.world} process(es) x {trainer.torch_threads} torch thread(s) "
+        f"({trainer.torch_threads_source}) -> {trainer.output_dir}"
     )
 
 

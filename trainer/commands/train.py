@@ -44,7 +44,8 @@ def _banner(cfg, trainer) -> str:
         f"[bold]corrgrpo[/bold] {cfg.env['id']} | model {cfg.model.name_or_path} | "
         f"estimator {cfg.algorithm.estimator} | loss {cfg.algorithm.loss} | "
         f"{cfg.algorithm.prompts_per_step} x {cfg.algorithm.group_size} rollouts/step | "
-        f"{trainer.world} process(es) -> {trainer.output_dir}"
+        f"{trainer.world} process(es) x {trainer.torch_threads} torch thread(s) "
+        f"({trainer.torch_threads_source}) -> {trainer.output_dir}"
     )
 
 
