@@ -4,7 +4,6 @@ of the study's toy settings it says what the study measured."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -121,7 +120,6 @@ def study_runs(tmp_path_factory):
     """Short runs of the study's toy settings (GRPO, 4 steps each)."""
     if not default_anchor_tokenizer().exists():
         pytest.skip(f"the study's anchor tokenizer is absent ({default_anchor_tokenizer()})")
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     tmp = tmp_path_factory.mktemp("study")
     runs = {}
     for setting in ("study_toy", "study_toy_unit"):
