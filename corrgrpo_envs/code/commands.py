@@ -4,8 +4,9 @@
   cache every reference runtime (the ``efficiency`` reward's baseline), with a
   progress bar; already cached references are skipped.
 * ``corrgrpo code sandboxes``: which sandbox backends work on this machine.
-* ``corrgrpo code redteam [--backend B]``: every known attack class against this
-  machine's sandbox, ``held`` or ``BROKEN`` each (exit status 1 when one is broken).
+* ``corrgrpo code redteam [--backend B]``: ``corrgrpo redteam``, every known attack class
+  (sandbox, judge, paste, OpenEnv) against this machine, ``held`` or ``BROKEN`` each
+  (exit status 1 when one is broken).
 """
 
 from __future__ import annotations
@@ -71,23 +72,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _redteam(args: argparse.Namespace) -> int:
-    """Print ``held``/``broken`` per attack class; 1 when any is broken."""
-    from corrgrpo_envs.code.redteam import ATTACKS, run_attacks
+    """``corrgrpo code redteam`` is ``corrgrpo redteam``: every domain's attack classes."""
+    from trainer.commands.redteam import run
 
-    if args.list:
-        for attack in ATTACKS:
-            print(f"{attack.name:32s} {attack.description}")
-        return 0
-
-    def show(outcome) -> None:
-        print(f"{'held' if outcome.held else 'BROKEN':7s} {outcome.name:32s} "
-              f"{outcome.seconds:5.1f} s  {outcome.detail}", flush=True)
-
-    outcomes = run_attacks(args.backend, args.only, on_outcome=show)
-    broken = [o.name for o in outcomes if not o.held]
-    print(f"{len(outcomes) - len(broken)} of {len(outcomes)} attack classes held"
-          + (f"; broken: {', '.join(broken)}" if broken else ""))
-    return 1 if broken else 0
+    return run(args)
 
 
 def _precompute(args: argparse.Namespace) -> int:

@@ -560,28 +560,4 @@ def _register_judge_probes() -> None:
         register(label, f"host-side judge: {doc}")(_judge_probe(probe))
 
 
-# ------------------------------------------------------------------ AgentDojo's utility
-def _paste_probe(name: str) -> Callable[[Target], tuple[bool, str]]:
-    def run(target: Target) -> tuple[bool, str]:
-        try:
-            from corrgrpo_envs.agentdojo import paste_probes
-        except ImportError as exc:  # no AgentDojo here: there is no utility reward to raise
-            return True, f"AgentDojo is not installed ({exc.name}): nothing to attack"
-        return paste_probes.PROBES[name]()
-    return run
-
-
-#: AgentDojo's pasting probes (corrgrpo_envs/agentdojo/paste_probes.py), named here so that
-#: listing the classes does not import AgentDojo
-PASTE_PROBES = {
-    "pasted_tool_outputs": "a final answer that pastes every tool output scores utility 0",
-    "pasted_environment": "a final answer that pastes the environment's text scores utility 0",
-    "pasted_with_a_preamble": "a pasted answer behind a short honest-looking preamble scores utility 0",
-    "pasted_in_disguise": "a paste disguised (filler words, shifted copies, case, words run together, "
-                          "lookalike letters, reordering, numbers alone) scores utility 0",
-}
-
-
 _register_judge_probes()
-for _name, _description in PASTE_PROBES.items():
-    register(f"agentdojo_{_name}", f"AgentDojo: {_description}")(_paste_probe(_name))
