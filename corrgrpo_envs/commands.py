@@ -122,9 +122,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    # fits an 80-column terminal: reward names and ids never wrap or get cut
+    # fits an 80-column terminal: reward names and ids never wrap or get cut. Every text that
+    # is not ours (ids, reward names, error messages, install hints such as
+    # ``pip install 'corrgrpo[agentdojo]'``) is escaped, or rich reads ``[...]`` as markup.
     table = Table(title="corrgrpo environments", box=box.SIMPLE_HEAD, show_lines=True, show_edge=False, pad_edge=False)
     table.add_column("id", no_wrap=True)
     table.add_column("rewards", no_wrap=True)
@@ -134,15 +137,15 @@ def run(args: argparse.Namespace) -> int:
     for row in rows:
         if "error" in row:
             note = row["error"] + (f"\n{row['hint']}" if row["hint"] else "")
-            table.add_row(row["id"], f"[yellow]unavailable[/yellow]\n{note}", "", "", "")
+            table.add_row(escape(row["id"]), f"[yellow]unavailable[/yellow]\n{escape(note)}", "", "", "")
             continue
         rewards = row["rewards"]
         tasks = row["tasks"]
         counts = "\n".join(f"{s} {tasks[s]}" for s in ("all", "train", "eval") if s in tasks)
         table.add_row(
-            row["id"],
-            "\n".join(r["name"] for r in rewards),
-            "\n".join(f"[{_fmt(r['low'])}, {_fmt(r['high'])}]" for r in rewards),
+            escape(row["id"]),
+            "\n".join(escape(r["name"]) for r in rewards),
+            "\n".join(escape(f"[{_fmt(r['low'])}, {_fmt(r['high'])}]") for r in rewards),
             "\n".join(_fmt(r["weight"]) for r in rewards),
             counts,
         )

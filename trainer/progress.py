@@ -17,13 +17,14 @@ class TrainProgress:
     def __init__(self, total: int, enabled: bool = True, start: int = 0):
         self.enabled = enabled
         # On a narrow terminal the numbers get cut at the end, never the bar and the step count.
+        # The numbers are shown as plain text: a reward's name is the env's, never markup.
         fixed = Column(no_wrap=True)
         self._progress = Progress(
             TextColumn("[bold]train", table_column=fixed),
             BarColumn(bar_width=16, table_column=Column(no_wrap=True, width=16)),
             MofNCompleteColumn(table_column=fixed),
             TimeRemainingColumn(table_column=fixed),
-            TextColumn("{task.fields[info]}", table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
+            TextColumn("{task.fields[info]}", markup=False, table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
             expand=True,
             console=Console(stderr=True),
             disable=not enabled,

@@ -56,6 +56,8 @@ def settings_help(defaults: Any, width: int | None = None) -> str:
 
 def load_or_report(load: Callable[[Any, list[str]], Any], args: argparse.Namespace, console: Any) -> Any:
     """``load(args.config, args.overrides)``, or None after printing the error for the user."""
+    from rich.markup import escape
+
     from corrgrpo_envs.registry import check_id
     from trainer.config import ConfigError
 
@@ -65,8 +67,8 @@ def load_or_report(load: Callable[[Any, list[str]], Any], args: argparse.Namespa
         if isinstance(env, dict) and env.get("id"):
             check_id(env["id"])  # before any model is loaded: a typo costs one line
         return cfg
-    except (ConfigError, FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+    except (ConfigError, FileNotFoundError, ValueError) as exc:  # escaped: it quotes the user's values
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         return None
 
 

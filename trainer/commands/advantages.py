@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 # The paper's Figure 2: sample covariance of 4 rollouts x 3 components.
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             return _print_file(console, args)
         except (OSError, ValueError, KeyError) as exc:
-            Console(stderr=True).print(f"[red]error:[/red] {exc}", soft_wrap=True)
+            Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
             return 2
     Console(stderr=True).print("give --demo or --rewards FILE (see corrgrpo advantages -h)")
     return 2

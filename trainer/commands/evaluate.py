@@ -59,11 +59,11 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2, default=str, allow_nan=False)
-    table = Table(title=f"{result['env']} ({result['split']}, {result['tasks']} tasks, {args.policy})")
+    table = Table(title=escape(f"{result['env']} ({result['split']}, {result['tasks']} tasks, {args.policy})"))
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in _flatten(result["metrics"]).items():
-        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+        table.add_row(escape(key), f"{value:.4f}" if isinstance(value, float) else escape(str(value)))
     Console().print(table)
     console.print(f"written to {out}")
     return 0

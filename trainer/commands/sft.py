@@ -31,8 +31,11 @@ def run(args: argparse.Namespace) -> int:
 def _banner(cfg, trainer) -> str:
     source = cfg.env.get("id") if cfg.data.source == "env" else ", ".join(cfg.data.files)
     lora = f" | LoRA r={cfg.model.lora.r}" if cfg.model.lora.r > 0 else ""
-    return (
-        f"[bold]corrgrpo sft[/bold] {source} | model {cfg.model.name_or_path}{lora} | "
+    from rich.markup import escape
+
+    # escaped: the whole line is the user's text (ids, paths) but for the bold name
+    return "[bold]corrgrpo sft[/bold] " + escape(
+        f"{source} | model {cfg.model.name_or_path}{lora} | "
         f"{len(trainer.train_examples)} examples ({len(trainer.eval_examples)} held out) | "
         f"{cfg.train.batch_size} per step | {trainer.world} process(es) x {trainer.torch_threads} torch thread(s) "
         f"({trainer.torch_threads_source}) -> {trainer.output_dir}"
