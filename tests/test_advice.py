@@ -160,8 +160,8 @@ def test_a_drifting_gradient_norm(tmp_path):
     (finding,) = advise([_drifting_run(tmp_path, "rising", rising)])
     assert finding.condition == "grad_drift"
     assert finding.numbers["grad_norm"] == pytest.approx(
-        {"first": 0.1, "last": 0.25, "ratio": 2.5, "steps": 11, "window": 2})
-    assert "went from 0.1 to 0.25 (2.50x; medians of the first and last 2 of 11 steps" in finding.summary
+        {"first": 0.1, "last": 0.25, "ratio": 2.5, "steps": 11, "window": 2, "direction": "rising"})
+    assert "rose from 0.1 to 0.25 (2.50x; medians of the first and last 2 of 11 steps" in finding.summary
     assert "median c_q 1.1 -> 1.25" in finding.summary
     assert _conditions([_drifting_run(tmp_path, "falling", rising[::-1])]) == {"grad_drift"}
     # just inside the threshold, or too few steps: off

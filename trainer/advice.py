@@ -11,11 +11,13 @@ dominant          one component holds >= 80 % of GRPO's covariance sum (``cov_sh
 duplicates        two components' mean within-group correlation >= 0.9
 k_eff_one         ``K_eff`` <= 1.3 with more than one component (the rewards move as one)
 never_varies      a component varies in <= 1 % of the groups (``active_fraction``; older runs:
-                  its diagonal entry of the correlation matrix is 0 at every step)
+                  its diagonal entry of the correlation matrix is 0 at every step); one finding
+                  per run names every such component
 zero_variance     >= 50 % of the groups have no reward variance at all
 c_q_far           CorrGRPO's median multiplier ``c_q`` is outside [0.5, 2]
 grad_drift        the gradient norm's median over the last fifth of the steps is >= 2x (or
-                  <= 0.5x) that over the first fifth (>= 10 steps with a gradient)
+                  <= 0.5x) that over the first fifth (>= 10 steps with a gradient); the advice
+                  follows the direction (``numbers["grad_norm"]["direction"]``: rising, falling)
 update_norms      (several runs) the mean ``||delta theta||`` differs by >= 1.5x between runs
 ================  ===========================================================================
 """
@@ -83,6 +85,15 @@ ADVICE: dict[str, tuple[str, str]] = {
         "crediting the estimator, or clip to a norm the gradient reaches",
         f"{LEARNING}#grpo-against-corrgrpo-on-code-from-one-sft-start",
     ),
+    # the same condition in the other direction: picked by Finding.advice_key
+    "grad_drift_falling": (
+        "AdamW scales a step by the gradient relative to the run's own history (its second moment averages "
+        "the past squared gradients), so a gradient that falls makes the later steps smaller than the "
+        "learning rate suggests, as if the run annealed itself; a falling gradient often means fewer groups "
+        "with reward variance (see zero_variance_fraction and the reward curves) rather than convergence; "
+        "compare update norms between runs before crediting the estimator",
+        f"{LEARNING}#grpo-against-corrgrpo-on-code-from-one-sft-start",
+    ),
     "update_norms": (
         "the runs moved their parameters by different amounts per step; under AdamW a uniform scale of the "
         "advantages cancels, so the difference comes from clipping, the learning rate, or how groups and steps "
@@ -116,14 +127,17 @@ class Finding:
     run: str
     summary: str
     numbers: dict[str, Any] = field(default_factory=dict)
+    advice_key: str | None = None
+    """The :data:`ADVICE` entry when it is not ``condition``'s own (a condition whose number can
+    go either way, e.g. ``grad_drift_falling``)."""
 
     @property
     def advice(self) -> str:
-        return ADVICE[self.condition][0]
+        return ADVICE[self.advice_key or self.condition][0]
 
     @property
     def link(self) -> str:
-        return ADVICE[self.condition][1]
+        return ADVICE[self.advice_key or self.condition][1]
 
     def to_dict(self) -> dict[str, Any]:
         return {"condition": self.condition, "run": self.run, "summary": self.summary,
@@ -197,14 +211,18 @@ def _run_findings(run: str, s: dict[str, Any], t: Thresholds) -> list[Finding]:
     if k_eff is not None and len(names) > 1 and k_eff <= t.k_eff_near_one:
         found.append(Finding("k_eff_one", run, f"K_eff is {k_eff:.2f} for {len(names)} rewards (mean over "
                              f"{steps} steps)", {"k_eff": k_eff, "components": len(names)}))
+    idle: dict[str, float | None] = {}  # one finding for them all: the advice is the same
     for k, n in enumerate(names):
         active = s["active_fraction"].get(n)
         never = active <= t.never_varies if active is not None else (
             k < len(s.get("diagonal_zero_always", [])) and s["diagonal_zero_always"][k])
         if never:
-            shown = "never" if not active else f"in {active:.1%} of the groups"
-            found.append(Finding("never_varies", run, f"{n} varies within a group {shown} (over {steps} steps)",
-                                 {"component": n, "active_fraction": active}))
+            idle[n] = active
+    if idle:
+        parts = [f"{n} {'never' if not a else f'in {a:.1%} of the groups'}" for n, a in idle.items()]
+        verb = "varies" if len(idle) == 1 else "vary"
+        found.append(Finding("never_varies", run, f"{'; '.join(parts)}: {verb} within a group "
+                             f"(over {steps} steps)", {"components": list(idle), "active_fraction": idle}))
     zero = s.get("zero_variance_fraction")
     if zero is not None and zero >= t.zero_variance:
         found.append(Finding("zero_variance", run, f"{zero:.0%} of the groups have no reward variance (mean "
@@ -218,11 +236,14 @@ def _run_findings(run: str, s: dict[str, Any], t: Thresholds) -> list[Finding]:
             1 / t.grad_drift < drift["ratio"] < t.grad_drift):
         c_q_drift = s.get("c_q_drift")
         also = f"; CorrGRPO's median c_q {c_q_drift['first']:.3g} -> {c_q_drift['last']:.3g}" if c_q_drift else ""
+        rising = drift["ratio"] > 1
         found.append(Finding(
             "grad_drift", run,
-            f"the gradient norm went from {drift['first']:.3g} to {drift['last']:.3g} ({drift['ratio']:.2f}x; medians "
-            f"of the first and last {drift['window']} of {drift['steps']} steps with a gradient){also}",
-            {"grad_norm": drift, "c_q_median": c_q_drift},
+            f"the gradient norm {'rose' if rising else 'fell'} from {drift['first']:.3g} to {drift['last']:.3g} "
+            f"({drift['ratio']:.2f}x; medians of the first and last {drift['window']} of {drift['steps']} steps "
+            f"with a gradient){also}",
+            {"grad_norm": {**drift, "direction": "rising" if rising else "falling"}, "c_q_median": c_q_drift},
+            advice_key=None if rising else "grad_drift_falling",
         ))
     return found
 

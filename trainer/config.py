@@ -54,6 +54,9 @@ __all__ = [
     "config_from_dict",
     "apply_overrides",
     "config_to_dict",
+    "ENV_OWN_KEYS",
+    "env_constructor_kwargs",
+    "import_env_modules",
 ]
 
 
@@ -292,7 +295,8 @@ class TrainConfig(RunConfig):
 class Config:
     env: dict[str, Any] = field(default_factory=lambda: {"id": "corrgrpo/ScaleDominance-v0"})
     """The environment: ``id`` (a registered id or ``package.module:Class``) plus its keyword
-    arguments; ``split``, ``max_turns`` and ``reward_weights`` belong to the trainer."""
+    arguments; ``split``, ``max_turns`` and ``reward_weights`` belong to the trainer. ``import``:
+    modules to import first (e.g. ``[mypkg.envs]``, whose import registers ``myorg/Polite-v0``)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -329,10 +333,55 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     return validate(build(Config, data, moved=MOVED_KEYS))
 
 
+#: keys of the ``env`` section that are not the env's keyword arguments
+ENV_OWN_KEYS = ("id", "import")
+
+
+def env_constructor_kwargs(env: dict[str, Any]) -> dict[str, Any]:
+    """The ``env`` section's keyword arguments for the env (``id`` and ``import`` left out)."""
+    return {k: v for k, v in env.items() if k not in ENV_OWN_KEYS}
+
+
+def import_env_modules(env: dict[str, Any]) -> list[str]:
+    """Import the modules of ``env.import`` (a module name or a list of them), in order, so that
+    the env ids their import registers resolve; returns the names. A value that is not a list of
+    dotted module names, or a module that fails to import, is a :class:`ConfigError` naming it."""
+    import importlib
+
+    modules = env.get("import")
+    if modules is None:
+        return []
+    if isinstance(modules, str):
+        modules = [modules]
+    if not isinstance(modules, list) or not all(
+        isinstance(m, str) and m and all(part.isidentifier() for part in m.split(".")) for m in modules
+    ):
+        raise ConfigError(
+            f"env.import: expected a list of module names such as [mypkg.envs], got {env['import']!r}",
+            "env.import",
+        )
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(
+                f"env.import: cannot import {name!r} ({exc}); the module must be importable from the "
+                "working directory or PYTHONPATH",
+                "env.import",
+            ) from None
+        except Exception as exc:  # the user's module raised while it ran
+            raise ConfigError(
+                f"env.import: importing {name!r} raised {type(exc).__name__}: {exc}", "env.import"
+            ) from None
+    return list(modules)
+
+
 def check_env_section(env: dict[str, Any], moved: dict[str, str], needs_id: str | None) -> None:
     """The ``env`` section has an ``id`` (``needs_id``: why, or None when it need not) and no key
     that belongs to the trainer. A list of ``openenv://HOST:PORT`` ids (OpenEnv servers) becomes
-    one id, the servers comma-separated."""
+    one id, the servers comma-separated. The modules of ``env.import`` are imported here, before
+    anything resolves the id (:func:`import_env_modules`)."""
+    import_env_modules(env)
     if needs_id and "id" not in env:
         raise ConfigError(f"env: needs an 'id' key ({needs_id})", "env")
     env_id = env.get("id")
@@ -438,7 +487,9 @@ def apply_overrides(
 ) -> dict[str, Any]:
     """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a nested mapping.
 
-    ``origins`` (dotted key -> where its value came from) gets ``override 'a.b.c=value'``.
+    ``origins`` (dotted key -> where its value came from) gets ``override 'a.b.c=value'``, for
+    the key and for every section the override creates, so that an error about a section that
+    only an override names (a typo such as ``algoritm.x=1``) blames the override, not the file.
     """
     for item in overrides:
         if "=" not in item:
@@ -450,9 +501,11 @@ def apply_overrides(
             raise ConfigError(f"override {item!r}: the value is not YAML ({exc})", key.strip()) from None
         parts = key.strip().split(".")
         node = data
-        for part in parts[:-1]:
+        for depth, part in enumerate(parts[:-1]):
             if node.get(part) is None:
                 node[part] = {}
+                if origins is not None:
+                    origins.setdefault(".".join(parts[: depth + 1]), f"override {item!r}")
             if not isinstance(node[part], dict):
                 raise ConfigError(f"override {key!r}: {part!r} is not a section")
             node = node[part]

@@ -12,6 +12,8 @@ The model, optimizer and run folder every command shares come from
 from __future__ import annotations
 
 import copy
+import functools
+import importlib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +25,7 @@ import torch
 from agents.policy import SamplingParams
 from corrgrpo_envs.vector import GroupedVectorEnv
 from corrgrpo_registry import load_entry_point
-from trainer.config import Config
+from trainer.config import Config, env_constructor_kwargs
 from trainer.losses import LossConfig, get_loss, resolve_loss_config
 from trainer.reward_weights import RewardWeights, resolve_reward_weights
 
@@ -32,6 +34,7 @@ __all__ = [
     "build_reference",
     "build_vector_env",
     "env_kwargs",
+    "make_after_import",
     "reward_setup",
     "sampling_params",
 ]
@@ -69,19 +72,34 @@ def env_kwargs(cfg: Config, split: str | None = None) -> dict[str, Any]:
     ``split`` defaults to ``train.split``; ``rollout.max_turns`` goes to envs whose
     constructor has a ``max_turns`` parameter (so the env's own limit is the trainer's).
     """
-    kwargs = {k: v for k, v in cfg.env.items() if k != "id"}
+    kwargs = env_constructor_kwargs(cfg.env)
     kwargs["split"] = split or cfg.train.split
     if _takes(_env_factory(cfg.env["id"]), "max_turns"):
         kwargs["max_turns"] = cfg.rollout.max_turns
     return kwargs
 
 
+def make_after_import(modules: tuple[str, ...], env_id: str, **kwargs: Any) -> gym.Env:
+    """``corrgrpo_envs.make(env_id, **kwargs)`` after importing ``modules``: how a spawned
+    reward worker process, which has not imported ``env.import``'s modules, finds the id."""
+    import corrgrpo_envs
+
+    for name in modules:
+        importlib.import_module(name)
+    return corrgrpo_envs.make(env_id, **kwargs)
+
+
 def build_vector_env(
     cfg: Config, num_groups: int, group_size: int, split: str | None = None
 ) -> GroupedVectorEnv:
     """``num_groups`` x ``group_size`` envs of ``env.id`` on the split (default ``train.split``)."""
+    spec: Any = cfg.env["id"]
+    modules = cfg.env.get("import")
+    if modules and cfg.rollout.reward_executor == "process":
+        modules = (modules,) if isinstance(modules, str) else tuple(modules)
+        spec = functools.partial(make_after_import, modules, spec)  # picklable: module-level
     return GroupedVectorEnv(
-        cfg.env["id"],
+        spec,
         num_groups=num_groups,
         group_size=group_size,
         workers=cfg.rollout.reward_workers,

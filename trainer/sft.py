@@ -40,6 +40,7 @@ from trainer.config import (
     OptimizerConfig,
     RunConfig,
     check_env_section,
+    env_constructor_kwargs,
     load_settings,
 )
 from trainer.progress import TrainProgress
@@ -335,7 +336,7 @@ class SFTTrainer:
         eval_examples: list[Episode] | None = None
         if d.source == "env":
             env_id = cfg.env["id"]
-            kwargs = {k: v for k, v in cfg.env.items() if k != "id"}
+            kwargs = env_constructor_kwargs(cfg.env)
             train, stats = env_examples(
                 env_id, {**kwargs, "split": d.train_split}, self.tokenizer, d.max_turns, d.max_examples
             )

@@ -15,7 +15,8 @@ Read top to bottom, one step (:meth:`Trainer.train_step`) is:
    slice kept;
 4. update: ``trainer.update.PolicyUpdater`` (whole-batch denominators and metrics),
    then the engine follows the new weights;
-5. log: reward diagnostics, time split, losses; checkpoint.
+5. log: reward diagnostics, time split, losses; checkpoint; a warning line when every
+   reward has been 0 for a few steps in a row (``trainer.zero_rewards``).
 
 The parts are built by the small functions of ``trainer.setup``.
 """
@@ -23,6 +24,7 @@ The parts are built by the small functions of ``trainer.setup``.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,7 @@ from trainer.run_context import RunContext
 from trainer.sampler import TaskSampler, mix_seed
 from trainer.threads import choose_threads, configure_threads
 from trainer.update import PolicyUpdater
+from trainer.zero_rewards import ZeroRewardWatch
 
 __all__ = ["Trainer", "train"]
 
@@ -102,6 +105,7 @@ class Trainer:
         tok = self.tokenizer
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id or 0
         self.last_advantages: torch.Tensor | None = None
+        self.zero_rewards = ZeroRewardWatch()
         self.overlap: OverlappedRollouts | None = None  # rollout.overlap: the next step's batch in a worker
         if r.overlap:
             self.overlap = OverlappedRollouts(
@@ -232,8 +236,13 @@ class Trainer:
             **overlap_metrics,
         })
         self.context.log(record)
+        # the env's own components (not the overlong one the trainer adds), whole batch
+        warning = self.zero_rewards.observe(step + 1, all_rewards[:, : len(self.venv.reward_names)],
+                                            env=str(self.cfg.env.get("id", "the env")))
         if self.accelerator.is_main_process:
             self._log_samples(step, batch)
+            if warning:  # stderr: the progress bar prints it above itself
+                print(warning, file=sys.stderr, flush=True)
         return record
 
     def _record(

@@ -219,6 +219,7 @@ def _print_file(console: Console, args: argparse.Namespace) -> int:
     from trainer.advantages import compute_advantages
 
     rewards, groups, weights, names = load_reward_file(args.rewards)
+    names = [escape(str(n)) for n in names]  # the file's column names are shown, never markup
     if args.weights is not None:
         weights = np.asarray(args.weights, dtype=float)
     result = compute_advantages(

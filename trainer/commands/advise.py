@@ -36,8 +36,12 @@ def run(args: argparse.Namespace) -> int:
     if not findings:
         print("no known condition found in " + ", ".join(args.runs))
         return 0
+    # findings of one run with the same advice (e.g. several near-duplicate pairs) share one block
+    blocks: dict[tuple[str, str, str], list[str]] = {}
     for f in findings:
-        print(f"[{f.condition}] {f.run}: {f.summary}")
-        print(f"    try: {f.advice}")
-        print(f"    evidence: {f.link}")
+        blocks.setdefault((f.run, f.advice, f.link), []).append(f"[{f.condition}] {f.run}: {f.summary}")
+    for (_, advice, link), lines in blocks.items():
+        print("\n".join(lines))
+        print(f"    try: {advice}")
+        print(f"    evidence: {link}")
     return 0
