@@ -1,0 +1,163 @@
+"""studies.contamination: the overlap of an evaluation set with a training stage's tasks."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from corrgrpo_envs.toolcall.datasets import shared_data_dir
+from studies.contamination import (
+    TaskRecord,
+    answer_key,
+    main,
+    overlap,
+    question_words,
+    schema_key,
+    shingles,
+)
+
+
+def tool(name: str, description: str, **params: str) -> dict:
+    return {"name": name, "description": description,
+            "parameters": {"type": "object", "properties": {p: {"type": t} for p, t in params.items()},
+                           "required": list(params)[:1]}}
+
+
+def call(name: str, **args: object) -> dict:
+    return {"name": name, "parameters": args}
+
+
+WEATHER = tool("get_weather", "Weather of a city.", city="string")
+STOCK = tool("stock_price", "Latest price of a stock.", ticker="string", exchange="string")
+TRAIN = [
+    TaskRecord("t/0", "**Dialogue Records History**\n<user> What is the weather in Paris today, please? </user>",
+               (WEATHER,), (call("get_weather", city="Paris"),)),
+    TaskRecord("t/1", "Give me the latest price of the Apple stock on the Nasdaq exchange right now",
+               (STOCK,), (call("stock_price", ticker="AAPL", exchange="NASDAQ"),)),
+    TaskRecord("t/2", "Say hello", (), ()),
+]
+EVAL = [
+    # the same tool under a random name and random parameter names: a renamed tool, same schema
+    TaskRecord("e/0", "<user>what is the weather in PARIS today please?</user>",
+               (tool("Xq7z", "weather of a  city.", zz="string"),), (call("get_weather", city="Paris"),)),
+    # the same name, another description and schema; near-duplicate question (one word changed)
+    TaskRecord("e/1", "Give me the latest price of the Apple stock on the Nasdaq exchange right away",
+               (tool("stock_price", "Stock quote.", symbol="number"),),
+               (call("stock_price", exchange="NASDAQ", ticker="AAPL"),)),
+    # nothing shared; integral float answer equal to an int one elsewhere is its own test below
+    TaskRecord("e/2", "Book a table for two at eight tonight in Rome", (tool("book", "Books a table.", n="integer"),),
+               (call("book", n=2),)),
+    TaskRecord("e/3", "Tell me a joke", (), ()),
+]
+
+
+def test_overlap_counts_on_synthetic_tasks():
+    m = overlap(TRAIN, EVAL)
+    assert (m["names"].matched, m["names"].total) == (1, 3)
+    assert m["names"].examples == [{"eval_name": "stock_price"}]
+    assert (m["descriptions"].matched, m["descriptions"].total) == (1, 3)
+    assert (m["renamed"].matched, m["renamed_same_schema"].matched) == (1, 1)
+    assert m["renamed"].examples[0]["train_names"] == ["get_weather"]
+    assert (m["schemas"].matched, m["schemas"].total) == (1, 3)
+    assert (m["questions_exact"].matched, m["questions_exact"].total) == (1, 4)
+    assert m["questions_exact"].examples[0]["train_id"] == "t/0"
+    # e/1 shares 10 of its 11 5-grams with t/1's 11 (Jaccard 10/12 = 0.833): near at 0.8, not at 0.9
+    assert m["questions_near"].matched == 2
+    near = m["questions_near"].examples[1]
+    assert (near["eval_id"], near["train_id"], near["jaccard"]) == ("e/1", "t/1", round(10 / 12, 3))
+    assert overlap(TRAIN, EVAL, near=0.9)["questions_near"].matched == 1
+    # answers: e/0 and e/1 (argument order ignored); e/3 expects no call
+    assert (m["answers"].matched, m["answers"].total) == (2, 3)
+    assert m["answers"].share == pytest.approx(200 / 3)
+
+
+def test_renamed_tool_with_another_schema_is_renamed_only():
+    train = [TaskRecord("t", "q", (tool("a", "Adds two numbers.", x="number", y="number"),))]
+    evals = [TaskRecord("e", "r", (tool("b", "adds two numbers.", x="string"),))]
+    m = overlap(train, evals)
+    assert (m["renamed"].matched, m["renamed_same_schema"].matched, m["schemas"].matched) == (1, 0, 0)
+
+
+def test_schema_key_ignores_parameter_names_but_not_required_or_types():
+    base = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"]}
+    renamed = {"type": "dict", "properties": {"q1": {"type": "string"}, "q2": {"type": "integer"}},
+               "required": ["q1"]}
+    assert schema_key(base) == schema_key(renamed)
+    assert schema_key(base) != schema_key({**renamed, "required": ["q2"]})
+    assert schema_key(base) != schema_key({**base, "properties": {"city": {"type": "string"}}})
+    assert schema_key({"type": "object", "properties": {}}) is None
+
+
+def test_answer_key_canonical():
+    assert answer_key([call("f", a=1.0, b=[2.0])]) == answer_key([call("f", b=[2], a=1)])
+    assert answer_key([call("f", a=1), call("g")]) == answer_key([call("g"), call("f", a=1)])
+    assert answer_key([call("f", a="X")]) != answer_key([call("f", a="x")])
+    assert answer_key([]) is None
+
+
+def test_question_normalisation_and_shingles():
+    assert question_words("**Dialogue Records History**\n<user>Hi, THERE!</user>") == ["hi", "there"]
+    assert shingles(["a", "b"]) == frozenset(["a b"])
+    assert len(shingles(list("abcdefg"))) == 3
+    assert shingles([]) == frozenset()
+    assert overlap(TRAIN, [TaskRecord("e", "  ", (), ())])["questions_near"].matched == 0
+
+
+def test_near_threshold_is_checked():
+    with pytest.raises(ValueError, match="near"):
+        overlap(TRAIN, EVAL, near=0.0)
+
+
+def test_index_scales_without_all_pairs():
+    # 3000 x 3000 distinct questions: the inverted index looks only at shared shingles
+    train = [TaskRecord(f"t/{i}", f"question number {i} about topic {i * 7} with detail {i * 13}") for i in range(3000)]
+    evals = [TaskRecord(f"e/{i}", f"question number {i} about topic {i * 7} with detail {i * 13 + 1}")
+             for i in range(3000)]
+    t0 = time.perf_counter()
+    m = overlap(train, evals)
+    seconds = time.perf_counter() - t0
+    assert m["questions_exact"].matched == 0
+    # 9 words -> 5 shingles, 4 shared: Jaccard 4/6, below 0.8; at 0.6 every one is near
+    assert m["questions_near"].matched == 0
+    assert overlap(train, evals, near=0.6)["questions_near"].matched == 3000
+    assert seconds < 20, seconds
+
+
+def test_command_refuses_a_config_without_a_toolcall_env(tmp_path, capsys):
+    bad = tmp_path / "x.yaml"
+    bad.write_text("env: {id: corrgrpo/Code-v0}\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="not the tool-calling env"):
+        main(["--train", str(bad), "--eval", "generated"])
+    files = tmp_path / "sft.yaml"
+    files.write_text("env: {id: corrgrpo/ToolCall-v0}\ndata: {source: file, files: [a.json]}\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="only data.source=env is read"):
+        main(["--train", str(files), "--eval", "generated"])
+    with pytest.raises(SystemExit, match="N must be a whole number"):
+        main(["--train", "env_configs/sft_toolcall_tiny.yaml", "--eval", "generated=x"])
+
+
+def test_command_on_the_generator(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["--train", "env_configs/sft_toolcall_tiny.yaml", "--eval", "generated=50", "--json", str(out),
+                 "--no-examples"]) == 0
+    report = json.loads(out.read_text(encoding="utf-8"))["eval"]["generated"]
+    assert report["tasks"] == 50
+    assert report["names"]["matched"] == report["names"]["total"] > 0  # the generator has one tool set
+    assert "questions, near" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shared_data_dir() is None or not (shared_data_dir() / "api_bank").is_dir(),
+                    reason="reference data (rlla_4k/, api_bank/) not found: set CORRGRPO_DATA")
+def test_real_data_stage_two_against_api_bank_level_one(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["--train", "env_configs/rlla_smollm2_rl_grpo.yaml", "--eval", "api_bank_l1=100",
+                 "--eval", "rlla_test", "--json", str(out), "--no-examples"]) == 0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["train_tasks"] == 497
+    api_bank, rlla = report["eval"]["api_bank_l1"], report["eval"]["rlla_test"]
+    assert (api_bank["answers"]["matched"], api_bank["answers"]["total"]) == (15, 100)
+    assert (rlla["renamed"]["matched"], rlla["renamed_same_schema"]["matched"]) == (29, 28)
+    assert rlla["questions_near"]["matched"] == 0
