@@ -20,10 +20,11 @@ def _args(**kwargs) -> argparse.Namespace:
 
 
 def test_every_attack_class_holds_on_the_process_backend(capsys):
-    code = run(_args())
+    # the OpenEnv boundary's classes run in a process of their own (tests/test_redteam_openenv.py)
+    names = [a.name for a in redteam.ATTACKS if not a.name.startswith("openenv_")]
+    code = run(_args(only=names))
     out = capsys.readouterr().out.splitlines()
-    names = [a.name for a in redteam.ATTACKS]
-    assert code == 0, out
+    assert code == 0, [line for line in out if not line.startswith("held")]
     for name in names:
         assert any(line.split()[:2] == ["held", name] for line in out), (name, out)
     assert out[-1] == f"{len(names)} of {len(names)} attack classes held"

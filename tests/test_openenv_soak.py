@@ -219,8 +219,8 @@ def test_a_grouped_run_over_three_servers_survives_minutes_of_injected_faults(so
         assert steps > 0, report
     else:
         assert steps >= 10, report
-    assert sum(injector.counts.values()) >= SOAK_S / 4, report
-    assert failovers > 0, report
+        assert sum(injector.counts.values()) >= SOAK_S / 4, report
+        assert failovers > 0, report
 
 
 @pytest.mark.timeout(600)

@@ -341,6 +341,7 @@ class _ServerPool:
         self.described: dict[tuple[str, str], dict[str, Any]] = {}
         self.learned: dict[str, Any] | None = None
         self.learn_lock = threading.Lock()
+        self.users = 0  # open envs of this list (see _PoolLease)
 
     def acquire(self, task_id: str, exclude: Sequence[str] = (), include_down: bool = False) -> str | None:
         """A server for an episode of ``task_id``: the one its group uses, else the least busy.
@@ -383,12 +384,30 @@ _POOLS: dict[tuple[str, ...], _ServerPool] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def _pool(urls: Sequence[str]) -> _ServerPool:
-    with _POOLS_LOCK:
-        key = tuple(urls)
-        if key not in _POOLS:
-            _POOLS[key] = _ServerPool(urls)
-        return _POOLS[key]
+class _PoolLease:
+    """One env's use of a shared pool. The pool, and what it remembers of its servers (their
+    descriptions, learned components, down marks), lives while an env of its list is open: an
+    address later reused by another server (a restarted job, a test's recycled port) is
+    described afresh, never taken for the one an earlier run knew."""
+
+    def __init__(self, urls: Sequence[str]):
+        self.key = tuple(urls)
+        with _POOLS_LOCK:
+            pool = _POOLS.get(self.key)
+            if pool is None:
+                pool = _POOLS[self.key] = _ServerPool(urls)
+            pool.users += 1
+        self.pool: _ServerPool | None = pool
+
+    def release(self) -> None:
+        """Idempotent: the last lease of a pool drops it."""
+        with _POOLS_LOCK:
+            pool, self.pool = self.pool, None
+            if pool is None:
+                return
+            pool.users -= 1
+            if pool.users <= 0 and _POOLS.get(self.key) is pool:
+                del _POOLS[self.key]
 
 
 # ------------------------------------------------------------- text and actions
@@ -517,12 +536,15 @@ class OpenEnvEnv(MultiRewardEnv):
         self.observation_field = observation_field
         self.action_format = action_format
         self._headers = auth_headers(token)
-        self._pool = _pool(self.urls)
+        self._lease = _PoolLease(self.urls)
+        self._pool = self._lease.pool
         self._conns = _Connections()
         self._loop = DeadlineLoop(name=f"corrgrpo-openenv-{id(self):x}")
         # an env dropped without close(): stop its loop (not at interpreter exit, see DeadlineLoop)
         self._finalizer = weakref.finalize(self, self._loop.shutdown, self._conns.aclose, False)
         self._finalizer.atexit = False
+        self._lease_finalizer = weakref.finalize(self, self._lease.release)
+        self._lease_finalizer.atexit = False
         self._server: str | None = None
         self._history: list[tuple[str, dict[str, float]]] = []
         self._turns = 0
@@ -535,6 +557,7 @@ class OpenEnvEnv(MultiRewardEnv):
                         action_field, max_action_chars, render_mode)
         except BaseException:
             self._loop.shutdown(self._conns.aclose)
+            self._lease.release()
             raise
 
     def _setup(self, split: str, num_tasks: int, reward_names: Sequence[str] | None,
@@ -1163,4 +1186,5 @@ class OpenEnvEnv(MultiRewardEnv):
         """Close every session (waiting at most a few seconds for the servers); idempotent and cheap."""
         self._release()
         self._loop.shutdown(self._conns.aclose)
+        self._lease.release()
         super().close()
