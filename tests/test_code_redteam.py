@@ -20,6 +20,9 @@ def _args(**kwargs) -> argparse.Namespace:
 
 
 def test_every_attack_class_holds_on_the_process_backend(capsys):
+    from trainer.commands.redteam import register_domains
+
+    register_domains()  # every domain's classes, as the command registers them
     # the OpenEnv boundary's classes run in a process of their own (tests/test_redteam_openenv.py)
     names = [a.name for a in redteam.ATTACKS if not a.name.startswith("openenv_")]
     code = run(_args(only=names))
