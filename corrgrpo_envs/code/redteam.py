@@ -475,6 +475,11 @@ def _nested_capabilities(target: Target) -> tuple[bool, str]:
                  f"out[{name!r}] = 'OK' if r >= 0 else errno.errorcode.get(ctypes.get_errno(), '?')\n")
     program = ("import ctypes, errno, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
                "libc.syscall.restype = ctypes.c_long\n" + body + "print(out)\n")
+    return _every_call_denied(target, program)
+
+
+def _every_call_denied(target: Target, program: str) -> tuple[bool, str]:
+    """Run ``program`` (it prints ``{call: "OK" | "made" | errno name}``); held when every call got EPERM."""
     result = target.sandbox.run(program)
     if result.status != "ok":
         return False, f"status {result.status}: {result.stderr[-200:]}"
@@ -521,12 +526,7 @@ def _file_watches(target: Target) -> tuple[bool, str]:
         out[name] = "made" if call() >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
     print(out)
     ''')
-    result = target.sandbox.run(program)
-    if result.status != "ok":
-        return False, f"status {result.status}: {result.stderr[-200:]}"
-    out = ast.literal_eval(result.stdout.strip())
-    allowed = sorted(name for name, code in out.items() if code != "EPERM")
-    return not allowed, "every call got EPERM" if not allowed else f"not denied: {allowed} ({out})"
+    return _every_call_denied(target, program)
 
 
 @register("carried_attributes", "changes each process attribute (nice value, I/O priority, "
