@@ -213,8 +213,12 @@ def test_reference_answers_are_refused_without_serve_references(server):
 @pytest.mark.timeout(180)
 def test_without_the_token_every_path_but_health_is_refused(token_server):
     base = token_server.base
+    logged = token_server.log.stat().st_size
     _, counts = _under_attack(token_server, "token", token=TOKEN)
     assert counts.get("ws 401", 0) > 0 and "ws opened" not in counts, counts
+    # refusals write nothing at the default level: one line each once stalled the server on a full pipe
+    written = token_server.log.read_bytes()[logged:].decode(errors="replace")
+    assert "handshake" not in written and len(written) < 4096, written[-2000:]
     assert all(key.endswith(" 401") for key in counts), counts
     assert httpx.get(f"{base}/health", timeout=30).status_code == 200
     for method, path in (("GET", "/schema"), ("GET", "/docs"), ("GET", "/openapi.json"),
@@ -227,6 +231,23 @@ def test_without_the_token_every_path_but_health_is_refused(token_server):
     assert near.status_code == 401
     good = httpx.get(f"{base}/schema", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
     assert good.status_code == 200 and "reward_components" in good.json()["observation"]
+
+
+def test_uvicorns_handshake_error_is_dropped_only_after_our_own_refusal():
+    import logging
+
+    from corrgrpo_envs.integrations import openenv_limits
+
+    record = logging.LogRecord("uvicorn.error", logging.ERROR, __file__, 1,
+                               openenv_limits._RefusalLogFilter.MESSAGE, None, None)
+    other = logging.LogRecord("uvicorn.error", logging.ERROR, __file__, 1, "Exception in ASGI application", None, None)
+    log_filter = openenv_limits._RefusalLogFilter()
+    assert log_filter.filter(record)  # an app that forgot its handshake still shows
+    token = openenv_limits._REFUSED_HANDSHAKE.set(True)
+    try:
+        assert not log_filter.filter(record) and log_filter.filter(other)
+    finally:
+        openenv_limits._REFUSED_HANDSHAKE.reset(token)
 
 
 # ------------------------------------------------------------- sessions, CLI

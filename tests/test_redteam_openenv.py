@@ -17,10 +17,7 @@ from trainer.commands import redteam as command
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = ["openenv_server_session_flood", "openenv_server_oversize_body", "openenv_server_request_flood",
-          "openenv_server_reference_answers"]
-#: Broken under a fast handshake flood: after about 1,040 refused handshakes the served env
-#: stops answering WebSockets (the legitimate client times out); the cause is not found yet.
-KNOWN_BROKEN = ["openenv_server_token"]
+          "openenv_server_reference_answers", "openenv_server_token"]
 CLIENT = ["openenv_client_trickle", "openenv_client_huge_observation", "openenv_client_lying_rewards"]
 
 
@@ -51,19 +48,8 @@ def test_the_openenv_classes_hold():
     for name in SERVER:
         (line,) = [ln for ln in out if ln.split()[1:2] == [name]]
         assert line.startswith("held"), line
-        p99, rss = re.search(r"p99 (\d+) ms.*RSS \+(-?[\d.]+) MB", line).groups()
-        assert int(p99) < 500 and float(rss) < 100, line
+        p99, rss, logged = re.search(r"p99 (\d+) ms.*RSS \+(-?[\d.]+) MB.*log \+(\d+) bytes", line).groups()
+        assert int(p99) < 500 and float(rss) < 100 and int(logged) < 4096, line
     for name in CLIENT:
         (line,) = [ln for ln in out if ln.split()[1:2] == [name]]
         assert line.startswith("held") and re.search(r"in \d+\.\d\d s", line), line
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-@pytest.mark.xfail(reason="a fast flood of refused WebSocket handshakes stalls the served env", strict=False)
-def test_the_token_class_holds():
-    pytest.importorskip("openenv", reason="the openenv extra is not installed")
-    proc = subprocess.run([sys.executable, "-m", "trainer.cli", "redteam", "--only", *KNOWN_BROKEN],
-                          cwd=ROOT, capture_output=True, text=True, timeout=280,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 0, proc.stdout[-2000:]

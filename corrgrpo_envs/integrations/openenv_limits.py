@@ -6,6 +6,8 @@ is re-implemented:
 
 * :class:`BoundaryMiddleware` wraps the app. With a token, every path but ``/health``
   needs ``Authorization: Bearer <token>`` (HTTP 401, and 401 on the WebSocket handshake).
+  A refusal writes nothing to the server's log at its default level, so a flood of
+  refused peers cannot fill a log or a pipe the server writes to.
   An HTTP body larger than the WebSocket frame cap is refused with 413 before it is read
   (a larger ``Content-Length``, or a streamed body as soon as it passes the cap). HTTP
   requests run one at a time and a bounded number wait (503 beyond), so a flood of cheap
@@ -142,6 +144,34 @@ async def _reply(send: Send, status: int, detail: str, close: bool = False, extr
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+#: True in the task of a WebSocket handshake this middleware refused (see :class:`_RefusalLogFilter`)
+_REFUSED_HANDSHAKE: contextvars.ContextVar[bool] = contextvars.ContextVar("refused_handshake", default=False)
+
+
+class _RefusalLogFilter(logging.Filter):
+    """Drops uvicorn's "ASGI callable returned without completing handshake." after our own 401.
+
+    uvicorn 0.54's websockets-sansio protocol logs that ERROR (and sends nothing more) after
+    every handshake refused through the ``websocket.http.response`` extension, although the
+    401 reached the client (upstream: Kludex/uvicorn pull request 3138). One line per refused
+    peer lets an unauthenticated flood write the server's log without bound: a parent that
+    reads the server's stderr late stalls the whole server once the pipe is full (64 KiB,
+    about 1,040 refusals). The record is dropped only in the task whose handshake this
+    middleware refused; the same message from an app bug still shows.
+    """
+
+    MESSAGE = "ASGI callable returned without completing handshake."
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_REFUSED_HANDSHAKE.get() and record.getMessage() == self.MESSAGE)
+
+
+def _install_refusal_log_filter() -> None:
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _RefusalLogFilter) for f in logger.filters):
+        logger.addFilter(_RefusalLogFilter())
+
+
 class BoundaryMiddleware:
     """Token, body cap, admission of HTTP requests and the WebSocket idle deadline (ASGI).
 
@@ -159,6 +189,7 @@ class BoundaryMiddleware:
         self._expected = f"Bearer {token}".encode() if token else None
         self._slots = asyncio.Semaphore(HTTP_CONCURRENCY)
         self._waiting = 0
+        _install_refusal_log_filter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -184,6 +215,7 @@ class BoundaryMiddleware:
         return hmac.compare_digest(given, self._expected)  # constant time: no prefix timing
 
     async def _refuse_handshake(self, scope: Scope, receive: Receive, send: Send, detail: str) -> None:
+        _REFUSED_HANDSHAKE.set(True)  # this task's context: read by uvicorn's log call after we return
         await receive()  # websocket.connect
         if "websocket.http.response" in scope.get("extensions", {}):
             headers, body = _json_reply(401, detail, extra=((b"www-authenticate", b"Bearer"),))

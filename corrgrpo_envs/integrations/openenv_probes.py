@@ -5,8 +5,10 @@ Server probes start ``python -m corrgrpo_envs.serve corrgrpo/ScaleDominance-v0``
 loopback port and attack it for a few seconds while a legitimate client (OpenEnv's own
 ``GenericEnvClient`` over a WebSocket, as the trainer's client) times its round trips. An
 attack is held when the server refuses it as designed, the legitimate client's p99 round
-trip stays under :data:`P99_BOUND_S` with no error, and the server's resident memory grows
-by less than :data:`MEMORY_MB`.
+trip stays under :data:`P99_BOUND_S` with no error, the server's resident memory grows
+by less than :data:`MEMORY_MB` and its log (stderr, at its default level) by less than
+:data:`LOG_BYTES`: a server that writes a line per refused peer lets the attacker fill its
+disk, or stall it on a full pipe.
 
 Client probes start a small misbehaving server in this process (a raw socket server, or a
 FastAPI app under uvicorn on a thread) and check that :class:`OpenEnvEnv` refuses it within
@@ -24,10 +26,12 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +42,12 @@ ENV_NAME = "ScaleDominance-v0"
 P99_BOUND_S = 0.5
 #: The server's resident memory may grow by less than this during an attack.
 MEMORY_MB = 100.0
+#: The server's log may grow by less than this during an attack (a few warnings, not a line per peer).
+LOG_BYTES = 4096
 ATTACK_S = 3.0
 TOKEN = "red-team-token"
+#: Refused WebSocket handshakes the token probe makes at least.
+HANDSHAKES = 1500
 STARTUP_S = 60.0
 
 
@@ -57,39 +65,55 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
+@dataclass(frozen=True)
+class _Served:
+    """A served env: its URL, its process id and the file its stderr goes to."""
+
+    base: str
+    pid: int
+    log: Path
+
+    def log_bytes(self) -> int:
+        with contextlib.suppress(OSError):
+            return self.log.stat().st_size
+        return 0
+
+
 @contextlib.contextmanager
-def _served(*options: str, token: str | None = None) -> Iterator[tuple[str, int]]:
-    """``(base URL, pid)`` of a toy env served in a subprocess; killed on exit."""
+def _served(*options: str, token: str | None = None) -> Iterator[_Served]:
+    """A toy env served in a subprocess; killed on exit. Its stderr goes to a file, never to a
+    pipe nobody reads while the attack runs (a full pipe would stall the server, not the attack)."""
     port = _free_port()
     environ = {k: v for k, v in os.environ.items() if k != "CORRGRPO_OPENENV_TOKEN"}
     argv = [sys.executable, "-m", "corrgrpo_envs.serve", ENV_ID, "--port", str(port), *options]
     if token:
         argv += ["--token", token]
-    proc = subprocess.Popen(argv, env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode(errors="replace")[-400:] if proc.stderr else ""
-                raise RuntimeError(f"the served env exited with {proc.returncode}: {err}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the served env did not answer /health within {STARTUP_S:g} s")
-            with contextlib.suppress(OSError):
-                if asyncio.run(_request(base, "GET", "/health"))[0] == 200:
-                    break
-            time.sleep(0.1)
-        yield base, proc.pid
-    finally:
-        proc.terminate()
+    with tempfile.TemporaryDirectory(prefix="corrgrpo-redteam-") as folder:
+        log = Path(folder) / "server.log"
+        with log.open("wb") as stderr:
+            proc = subprocess.Popen(argv, env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=stderr, start_new_session=True)
+        base = f"http://127.0.0.1:{port}"
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        if proc.stderr:
-            proc.stderr.close()
+            deadline = time.monotonic() + STARTUP_S
+            while True:
+                if proc.poll() is not None:
+                    err = log.read_bytes()[-400:].decode(errors="replace")
+                    raise RuntimeError(f"the served env exited with {proc.returncode}: {err}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the served env did not answer /health within {STARTUP_S:g} s")
+                with contextlib.suppress(OSError):
+                    if asyncio.run(_request(base, "GET", "/health"))[0] == 200:
+                        break
+                time.sleep(0.1)
+            yield _Served(base, proc.pid, log)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
 
 
 async def _request(base: str, method: str, path: str, payload: Any = None,
@@ -114,14 +138,21 @@ async def _request(base: str, method: str, path: str, payload: Any = None,
     return status, answer.partition(b"\r\n\r\n")[2]
 
 
-async def _hammer(seconds: float, workers: int, one: Callable[[int], Awaitable[str]]) -> Counter[str]:
-    """Run ``one(i)`` from ``workers`` tasks for ``seconds``; count what each returned."""
+async def _hammer(seconds: float, workers: int, one: Callable[[int], Awaitable[str]],
+                  at_least: int = 0, longest: float = 20.0) -> Counter[str]:
+    """Run ``one(i)`` from ``workers`` tasks for ``seconds``, and on until ``at_least`` calls
+    were made (within ``longest`` seconds in all); count what each returned."""
     counts: Counter[str] = Counter()
-    end = time.monotonic() + seconds
+    start = time.monotonic()
+    end, last = start + seconds, start + max(seconds, longest)
+
+    def going() -> bool:
+        now = time.monotonic()
+        return now < end or (sum(counts.values()) < at_least and now < last)
 
     async def worker(w: int) -> None:
         i = w
-        while time.monotonic() < end:
+        while going():
             try:
                 counts[await one(i)] += 1
             except Exception as exc:  # noqa: BLE001 - a reset connection is an outcome too
@@ -173,21 +204,33 @@ class _LegitimateClient(threading.Thread):
         return trips[min(len(trips) - 1, int(math.ceil(0.99 * len(trips))) - 1)]
 
 
-def _under_attack(base: str, pid: int, attack: Callable[[], Awaitable[Counter[str]]],
-                  token: str | None = None) -> tuple[Counter[str], float, float, str | None, int]:
-    """Run ``attack`` while a legitimate client plays: (attack's counts, client p99 s, server
-    RSS growth MB, client error, round trips measured)."""
-    client = _LegitimateClient(base, token)
+@dataclass(frozen=True)
+class _Attack:
+    """What an attack did: its counts, the legitimate client's p99 round trip (s) and error,
+    the round trips measured, and the server's growth in resident memory (MB) and log (bytes)."""
+
+    counts: Counter[str]
+    p99: float
+    error: str | None
+    trips: int
+    grown_mb: float
+    logged: int
+
+
+def _under_attack(server: _Served, attack: Callable[[], Awaitable[Counter[str]]],
+                  token: str | None = None) -> _Attack:
+    """Run ``attack`` while a legitimate client plays."""
+    client = _LegitimateClient(server.base, token)
     client.start()
     client.ready.wait(30)
-    idle = _rss_mb(pid)
+    idle, logged_before = _rss_mb(server.pid), server.log_bytes()
     peak = [idle]
     sampling = threading.Event()
 
     def sample() -> None:
         while not sampling.is_set():
             with contextlib.suppress(OSError):
-                peak[0] = max(peak[0], _rss_mb(pid))
+                peak[0] = max(peak[0], _rss_mb(server.pid))
             time.sleep(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -198,22 +241,26 @@ def _under_attack(base: str, pid: int, attack: Callable[[], Awaitable[Counter[st
         p99 = client.stop()
         sampling.set()
         sampler.join(5)
-    return counts, p99, peak[0] - idle, client.error, len(client.trips)
+    return _Attack(counts, p99, client.error, len(client.trips), peak[0] - idle,
+                   server.log_bytes() - logged_before)
 
 
-def _verdict(refused: bool, what: str, counts: Counter[str], p99: float, grown: float,
-             error: str | None, trips: int) -> tuple[bool, str]:
-    held = refused and error is None and p99 < P99_BOUND_S and grown < MEMORY_MB
-    shown = ", ".join(f"{k}: {v}" for k, v in counts.most_common(6))
-    return held, (f"{what} ({shown}); legitimate client p99 {p99 * 1e3:.0f} ms over {trips} round trips "
-                  f"(bound {P99_BOUND_S * 1e3:.0f} ms){'; error ' + error if error else ''}; "
-                  f"server RSS +{grown:.1f} MB (bound {MEMORY_MB:.0f})")
+def _verdict(refused: bool, what: str, attack: _Attack) -> tuple[bool, str]:
+    held = (refused and attack.error is None and attack.p99 < P99_BOUND_S
+            and attack.grown_mb < MEMORY_MB and attack.logged < LOG_BYTES)
+    shown = ", ".join(f"{k}: {v}" for k, v in attack.counts.most_common(6))
+    return held, (f"{what} ({shown}); legitimate client p99 {attack.p99 * 1e3:.0f} ms over {attack.trips} "
+                  f"round trips (bound {P99_BOUND_S * 1e3:.0f} ms)"
+                  f"{'; error ' + attack.error if attack.error else ''}; "
+                  f"server RSS +{attack.grown_mb:.1f} MB (bound {MEMORY_MB:.0f}), "
+                  f"log +{attack.logged} bytes (bound {LOG_BYTES})")
 
 
 # ------------------------------------------------------------------ server probes
 def probe_openenv_server_session_flood() -> tuple[bool, str]:
     """OpenEnv server: sessions created over HTTP /mcp are capped and reaped; clients keep working"""
-    with _served("--max-sessions", "8", "--session-detached-s", "1") as (base, pid):
+    with _served("--max-sessions", "8", "--session-detached-s", "1") as server:
+        base = server.base
         async def attack() -> Counter[str]:
             async def one(i: int) -> str:
                 status, answer = await _request(base, "POST", "/mcp", {
@@ -223,16 +270,16 @@ def probe_openenv_server_session_flood() -> tuple[bool, str]:
                 return f"refused {status}"
             return await _hammer(ATTACK_S, 8, one)
 
-        counts, p99, grown, error, trips = _under_attack(base, pid, attack)
+        outcome = _under_attack(server, attack)
         time.sleep(2.5)  # past --session-detached-s: the flood's sessions are reaped
         after = _LegitimateClient(base)
         after.start()
         after.ready.wait(30)
         after.stop()
-        refused = any(k != "created" for k in counts) and after.error is None and bool(after.trips)
+        refused = any(k != "created" for k in outcome.counts) and after.error is None and bool(after.trips)
         what = "flood refused past 8 sessions, new client served after reaping" if refused else \
             f"flood not refused or new client locked out ({after.error})"
-        return _verdict(refused, what, counts, p99, grown, error, trips)
+        return _verdict(refused, what, outcome)
 
 
 def _stream_body(base: str, declared: bool, total: int = 256 << 20,
@@ -266,7 +313,8 @@ def _stream_body(base: str, declared: bool, total: int = 256 << 20,
 
 def probe_openenv_server_oversize_body() -> tuple[bool, str]:
     """OpenEnv server: a 256 MB HTTP body (declared or chunked) is refused (413) before it is read"""
-    with _served() as (base, pid):
+    with _served() as server:
+        base = server.base
         results: list[tuple[str, float, float]] = []
 
         async def attack() -> Counter[str]:
@@ -275,18 +323,19 @@ def probe_openenv_server_oversize_body() -> tuple[bool, str]:
                 results.append(await asyncio.to_thread(_stream_body, base, len(results) % 2 == 0))
             return Counter(f"status {s}" for s, _, _ in results)
 
-        counts, p99, grown, error, trips = _under_attack(base, pid, attack)
+        outcome = _under_attack(server, attack)
         refused = all(s == "413" for s, _, _ in results)
         most = max(mb for _, mb, _ in results)
         slowest = max(t for _, _, t in results)
         return _verdict(refused, f"{len(results)} bodies of 256 MB, declared and chunked, at most "
                         f"{most:.0f} MB sent before the answer, each refused within {slowest:.2f} s",
-                        counts, p99, grown, error, trips)
+                        outcome)
 
 
 def probe_openenv_server_request_flood() -> tuple[bool, str]:
     """OpenEnv server: a flood of task listings and stateless requests does not stall other clients"""
-    with _served() as (base, pid):
+    with _served() as server:
+        base = server.base
         calls = [("POST", f"/{ENV_NAME}/tasks", {"split": "all"}), ("POST", "/reset", {}),
                  ("GET", "/schema", None), ("POST", f"/{ENV_NAME}/num_tasks", {"split": "all"}),
                  ("GET", "/state", None), ("POST", "/step", {"action": {"message": "hi"}}),
@@ -299,25 +348,26 @@ def probe_openenv_server_request_flood() -> tuple[bool, str]:
                 return "answered" if status < 500 or status == 503 else f"failed {status}"
             return await _hammer(ATTACK_S, 16, one)
 
-        counts, p99, grown, error, trips = _under_attack(base, pid, attack)
-        answered = counts.get("answered", 0) > 0 and not any(k.startswith("failed") for k in counts)
-        return _verdict(answered, f"{sum(counts.values())} requests in {ATTACK_S:g} s",
-                        counts, p99, grown, error, trips)
+        outcome = _under_attack(server, attack)
+        answered = outcome.counts.get("answered", 0) > 0 and not any(k.startswith("failed") for k in outcome.counts)
+        return _verdict(answered, f"{sum(outcome.counts.values())} requests in {ATTACK_S:g} s",
+                        outcome)
 
 
 def probe_openenv_server_reference_answers() -> tuple[bool, str]:
     """OpenEnv server: reference answers (/{name}/task) are refused (403) without --serve-references"""
-    with _served() as (base, pid):
+    with _served() as server:
+        base = server.base
         async def attack() -> Counter[str]:
             async def one(i: int) -> str:
                 status, answer = await _request(base, "POST", f"/{ENV_NAME}/task", {"split": "all", "index": i % 8})
                 return f"status {status}" + (" with a reference" if b"reference\"" in answer else "")
             return await _hammer(ATTACK_S, 8, one)
 
-        counts, p99, grown, error, trips = _under_attack(base, pid, attack)
-        refused = set(counts) == {"status 403"}
+        outcome = _under_attack(server, attack)
+        refused = set(outcome.counts) == {"status 403"}
         return _verdict(refused, "every request refused" if refused else "some answered",
-                        counts, p99, grown, error, trips)
+                        outcome)
 
 
 def probe_openenv_server_token() -> tuple[bool, str]:
@@ -325,7 +375,9 @@ def probe_openenv_server_token() -> tuple[bool, str]:
     from websockets.asyncio.client import connect
     from websockets.exceptions import InvalidStatus
 
-    with _served(token=TOKEN) as (base, pid):
+    with _served(token=TOKEN) as server:
+
+        base = server.base
         ws_url = base.replace("http://", "ws://", 1) + "/ws"
         calls = [(method, path, payload, auth)
                  for method, path, payload in (("GET", "/schema", None), ("POST", "/reset", {}),
@@ -347,13 +399,15 @@ def probe_openenv_server_token() -> tuple[bool, str]:
                     return f"ws {exc.response.status_code}"
 
             counts = await _hammer(ATTACK_S, 8, http)
-            counts.update(await _hammer(1.0, 4, handshake))
+            # past 1,100 refusals whatever the machine's speed: one log line per refusal
+            # filled a 64 KiB pipe at about 1,040 and stalled the server
+            counts.update(await _hammer(1.0, 4, handshake, at_least=HANDSHAKES))
             return counts
 
-        counts, p99, grown, error, trips = _under_attack(base, pid, attack, token=TOKEN)
-        refused = set(counts) == {"http 401", "ws 401"}
+        outcome = _under_attack(server, attack, token=TOKEN)
+        refused = set(outcome.counts) == {"http 401", "ws 401"}
         return _verdict(refused, "every request without the token refused" if refused else "some let through",
-                        counts, p99, grown, error, trips)
+                        outcome)
 
 
 # ------------------------------------------------------------------ client probes
