@@ -18,25 +18,58 @@ scripted: :class:`ReferencePolicy`, :class:`RandomPolicy`.
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from agents.chat import ChatRenderer
-from agents.episode import Episode
-from agents.hf_policy import HFPolicy
-from agents.models import build_anchor_model, build_tiny_model, load_model, load_tokenizer
-from agents.openai_policy import CompletionsTokenPolicy, OpenAIPolicy, OpenAIRequestError
-from agents.policy import Action, Policy, SamplingParams
-from agents.scripted import RandomPolicy, ReferencePolicy
-from agents.token_policy import TokenPolicy
-from agents.toolcalls import (
-    ParsedAnswer,
-    ParsedMessage,
-    ToolCall,
-    parse_hermes,
-    parse_rlla,
-    render_hermes,
-    render_rlla,
-)
+# Each name is imported from its module on first use: ``import agents`` (or a light module of
+# it, such as ``agents.policy``) then costs no torch or transformers import, so a command can
+# check its config before paying for them.
+_HOMES = {
+    "ChatRenderer": "agents.chat",
+    "Episode": "agents.episode",
+    "HFPolicy": "agents.hf_policy",
+    "build_anchor_model": "agents.models",
+    "build_tiny_model": "agents.models",
+    "load_model": "agents.models",
+    "load_tokenizer": "agents.models",
+    "CompletionsTokenPolicy": "agents.openai_policy",
+    "OpenAIPolicy": "agents.openai_policy",
+    "OpenAIRequestError": "agents.openai_policy",
+    "Action": "agents.policy",
+    "Policy": "agents.policy",
+    "SamplingParams": "agents.policy",
+    "RandomPolicy": "agents.scripted",
+    "ReferencePolicy": "agents.scripted",
+    "TokenPolicy": "agents.token_policy",
+    "ParsedAnswer": "agents.toolcalls",
+    "ParsedMessage": "agents.toolcalls",
+    "ToolCall": "agents.toolcalls",
+    "parse_hermes": "agents.toolcalls",
+    "parse_rlla": "agents.toolcalls",
+    "render_hermes": "agents.toolcalls",
+    "render_rlla": "agents.toolcalls",
+    "VLLMPolicy": "agents.vllm_policy",  # vLLM is heavy and optional
+}
+
+if TYPE_CHECKING:
+    from agents.chat import ChatRenderer
+    from agents.episode import Episode
+    from agents.hf_policy import HFPolicy
+    from agents.models import build_anchor_model, build_tiny_model, load_model, load_tokenizer
+    from agents.openai_policy import CompletionsTokenPolicy, OpenAIPolicy, OpenAIRequestError
+    from agents.policy import Action, Policy, SamplingParams
+    from agents.scripted import RandomPolicy, ReferencePolicy
+    from agents.token_policy import TokenPolicy
+    from agents.toolcalls import (
+        ParsedAnswer,
+        ParsedMessage,
+        ToolCall,
+        parse_hermes,
+        parse_rlla,
+        render_hermes,
+        render_rlla,
+    )
+    from agents.vllm_policy import VLLMPolicy
 
 __all__ = [
     "Action",
@@ -67,9 +100,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # vLLM is heavy and optional: import its policy only when asked for
-    if name == "VLLMPolicy":
-        from agents.vllm_policy import VLLMPolicy
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'agents' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # once imported, a plain attribute
+    return value
 
-        return VLLMPolicy
-    raise AttributeError(f"module 'agents' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

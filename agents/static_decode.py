@@ -11,6 +11,11 @@ as ``generate`` does (temperature, then top-p, softmax, ``torch.multinomial`` on
 global generator), so the same seed draws the same tokens wherever the two compute the
 same logits; the log-probabilities it reports are the raw logits' log-softmax.
 
+With ``share_prompts`` (the G rollouts of a GRPO group repeat one prompt), each distinct
+prompt is prefilled once and its keys, values and last logits are copied to the rows that
+repeat it; decoding then runs over the whole batch in its original row order, so the draws
+of a seed are those of the unshared prefill wherever the two prefills round alike.
+
 Supported: decoder layers of Qwen2, Llama and Mistral (SmolLM2 is Llama) without a
 sliding window. :func:`static_decode_unsupported` says why another model is not.
 """
@@ -24,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["static_decode", "static_decode_unsupported", "SUPPORTED_LAYERS"]
+__all__ = ["static_decode", "static_decode_unsupported", "distinct_rows", "SUPPORTED_LAYERS"]
 
 #: Decoder layer classes whose structure the loop reproduces.
 SUPPORTED_LAYERS = ("Qwen2DecoderLayer", "LlamaDecoderLayer", "MistralDecoderLayer")
@@ -105,6 +110,22 @@ def _forward(model: Any, rope: Callable, ids: torch.Tensor, positions: torch.Ten
     return model.lm_head(body.norm(hidden[:, -1:]))[:, -1].float()
 
 
+def distinct_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(first, inverse)``: the index of the first row of each distinct left-padded prompt, in
+    order of appearance, and for every row the position in ``first`` of its prompt's row."""
+    seen: dict[tuple[int, ...], int] = {}
+    first: list[int] = []
+    inverse: list[int] = []
+    masked = torch.where(attention_mask.bool(), input_ids, -1).tolist()
+    for row, key in enumerate(map(tuple, masked)):
+        if key not in seen:
+            seen[key] = len(first)
+            first.append(row)
+        inverse.append(seen[key])
+    device = input_ids.device
+    return torch.tensor(first, dtype=torch.long, device=device), torch.tensor(inverse, dtype=torch.long, device=device)
+
+
 def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
     """Nucleus filtering as transformers' ``TopPLogitsWarper`` does it (at least one token kept)."""
     sorted_logits, sorted_indices = torch.sort(scores, descending=False)
@@ -127,6 +148,7 @@ def static_decode(
     eos_ids: Sequence[int],
     pad_id: int,
     stopping: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample up to ``max_new_tokens`` after left-padded prompts.
 
@@ -135,6 +157,9 @@ def static_decode(
         temperature: 0 for greedy decoding.
         stopping: ``(ids_so_far [B, W+t], scores) -> [B] bool`` rows that are done
             (stop strings); EOS is handled here.
+        share_prompts: prefill each distinct prompt once and copy its cache to the rows that
+            repeat it (a group's G rollouts): about ``U / B`` of the prefill's work for ``U``
+            distinct prompts in ``B`` rows; nothing changes when every row differs.
 
     Returns:
         ``(generated [B, T], logprobs [B, T])``: the generated ids (rows that finished
@@ -164,7 +189,19 @@ def static_decode(
     eye = torch.eye(width, dtype=torch.bool, device=device)
     mask = causal & (valid[:, None, None, :width] | eye)
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    logits = _forward(model, rope, input_ids, positions, cache, 0, mask)
+    first, inverse = distinct_rows(input_ids, attention_mask) if share_prompts else (None, None)
+    if first is not None and len(first) < batch:
+        # one prefill per distinct prompt (same width, so the same padding and positions), then
+        # every row gets its prompt's keys and values; the decode below is the unshared one
+        prefilled = _Cache(model, len(first), width, dtype, device)
+        logits = _forward(model, rope, input_ids[first], positions[first], prefilled, 0, mask[first])
+        for layer in range(len(cache.keys)):
+            cache.keys[layer][:, :, :width] = prefilled.keys[layer].index_select(0, inverse)
+            cache.values[layer][:, :, :width] = prefilled.values[layer].index_select(0, inverse)
+        logits = logits.index_select(0, inverse)
+        del prefilled
+    else:
+        logits = _forward(model, rope, input_ids, positions, cache, 0, mask)
     position = attention_mask.long().sum(-1, keepdim=True)  # of the first generated token
 
     unfinished = torch.ones(batch, dtype=torch.bool, device=device)

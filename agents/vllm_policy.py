@@ -41,7 +41,9 @@ class VLLMPolicy(TokenPolicy):
         tokenizer: a transformers tokenizer with a chat template (default: vLLM's).
         sleep_level: level used by :meth:`sleep` (1: offload weights, 2: drop them).
         **engine_kwargs: passed to ``vllm.LLM`` (``dtype``, ``gpu_memory_utilization``,
-            ``enable_sleep_mode``, ``max_model_len``, ...).
+            ``enable_sleep_mode``, ``max_model_len``, ...). ``enable_prefix_caching`` defaults
+            to true: the G rollouts of a group share one prompt, whose KV blocks vLLM then
+            computes once (``reset_prefix_cache`` drops them when the weights change).
 
     Logprobs are vLLM's ``raw_logprobs``: the log-softmax of the logits before
     temperature and top-p, i.e. the same quantity :class:`~agents.HFPolicy` reports.
@@ -65,6 +67,7 @@ class VLLMPolicy(TokenPolicy):
         else:
             engine_kwargs.setdefault("logprobs_mode", "raw_logprobs")
             engine_kwargs.setdefault("seed", 0)
+            engine_kwargs.setdefault("enable_prefix_caching", True)
             self.llm = vllm.LLM(model=str(model), **engine_kwargs)
         if tokenizer is None:
             tokenizer = self.llm.get_tokenizer()

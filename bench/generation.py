@@ -1,17 +1,30 @@
-"""Generation throughput: HFPolicy's static-cache decode loop against transformers ``generate``.
+"""Generation throughput: HFPolicy's static-cache decode loop against transformers ``generate``,
+each with and without the group's prompt prefilled once (``HFPolicy(share_prompts=...)``).
 
     python -m bench.generation                          # anchor setting: tiny-anchor, 8 x 8 rollouts, 64 tokens
     python -m bench.generation --models tiny-anchor,tiny,smollm2-135m --batch 64
+    python -m bench.generation --models smollm2-135m --prompts toolcall-long --batch 8 \
+        --new-tokens 32 --contenders static,static+shared --baseline static --repeats 2 --rounds 2
     .venv-vllm/bin/python -m bench.generation --vllm    # also VLLMPolicy (vLLM CPU)
+
+Contenders: ``generate`` and ``static`` (each prompt prefilled once per row),
+``generate+shared`` and ``static+shared`` (each distinct prompt
+prefilled once, its key/value cache copied to the G rows of its group; prompts under
+``agents.hf_policy.MIN_SHARED_PROMPT`` tokens, such as the anchor's, are not shared), ``vllm``
+(prefix caching on). Every contender's speed is printed as a ratio to ``--baseline``'s, side by side.
+
+``--prompts toolcall-long`` is the long-prompt setting: RLLA-layout tool-call prompts (the
+ToolCall env's generated tasks, seed 0, system prompt with the tool list) of 740-820 tokens
+in the model's chat template, about 780; ``anchor`` (default) the anchor's short prompts.
 
 Each round is a fresh process with an explicit torch thread count (``--threads``)
 that builds the model once and times the contenders batch by batch in alternation
 (the order flips every batch), so the machine's drifting load hits them alike; after
 one warm-up batch each, ``--repeats`` batches per contender give a median, and the
-ratio ``static / generate`` of those medians is the round's. The median (and range)
+ratio of each contender's median to the baseline's is the round's. The median (and range)
 over rounds is printed. Tokens counted are the completion tokens generated (EOS
-included). Both HF contenders draw the same tokens for the same seed (checked here:
-their token counts must match batch for batch).
+included). The HF contenders draw the same tokens for the same seed (checked here:
+their token counts must match the baseline's batch for batch).
 
 The anchor setting is the TRL comparison's (``bench/vs_trl.py``): the anchor's
 random-init Qwen2 (558,208 parameters) and tokenizer, a batch of G x P = 8 x 8
@@ -32,24 +45,47 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONTENDERS = ("generate", "static")
+CONTENDERS = ("generate", "static", "generate+shared", "static+shared", "vllm")
+DEFAULT_CONTENDERS = "generate,static,static+shared"
+PROMPT_SETTINGS = ("anchor", "toolcall-long")
+#: The long-prompt setting's prompt length window (tokens of the rendered first turn).
+LONG_PROMPT_TOKENS = (740, 820)
 
 
-def _prompts(batch: int, group: int) -> list[dict]:
-    """``batch // group`` anchor-style prompts, each repeated ``group`` times (one group each)."""
+def _prompts(batch: int, group: int, setting: str = "anchor", tokenizer=None) -> list[dict]:
+    """``batch // group`` prompts of ``setting``, each repeated ``group`` times (one group each)."""
     tasks = max(1, batch // group)
-    return [
-        {"messages": [{"role": "user", "content": f"write a short string: {k}"}]}
-        for k in range(tasks)
-        for _ in range(group)
-    ][:batch]
+    if setting == "toolcall-long":
+        messages = _long_toolcall_messages(tasks, tokenizer)
+    else:
+        messages = [[{"role": "user", "content": f"write a short string: {k}"}] for k in range(tasks)]
+    return [{"messages": m} for m in messages for _ in range(group)][:batch]
+
+
+def _long_toolcall_messages(count: int, tokenizer) -> list[list[dict]]:
+    """The first ``count`` generated ToolCall tasks (seed 0, RLLA system prompt) whose rendered
+    prompt has ``LONG_PROMPT_TOKENS`` tokens."""
+    from agents.chat import ChatRenderer
+    from corrgrpo_envs.toolcall.generator import generate_task
+
+    renderer = ChatRenderer(tokenizer)
+    low, high = LONG_PROMPT_TOKENS
+    found = []
+    for index in range(5000):
+        messages = generate_task(0, index)["messages"]
+        if low <= len(renderer.first_prompt({"messages": messages})) <= high:
+            found.append(messages)
+            if len(found) == count:
+                return found
+    raise SystemExit(f"toolcall-long: only {len(found)} of {count} generated tasks have {low}-{high} prompt tokens")
 
 
 def _policy(contender: str, model, tokenizer):
     from agents import HFPolicy
 
     if contender != "vllm":
-        return HFPolicy(model, tokenizer, decoder=contender)
+        decoder, _, shared = contender.partition("+")
+        return HFPolicy(model, tokenizer, decoder=decoder, share_prompts=shared == "shared")
     from agents import VLLMPolicy
 
     folder = Path(tempfile.mkdtemp(prefix="bench-gen-"))
@@ -60,7 +96,7 @@ def _policy(contender: str, model, tokenizer):
 
 
 def child(contenders: list[str], model_name: str, batch: int, group: int, new_tokens: int, repeats: int,
-          threads: int, out: str) -> None:
+          threads: int, out: str, setting: str = "anchor") -> None:
     import torch
 
     torch.set_num_threads(threads)
@@ -68,7 +104,9 @@ def child(contenders: list[str], model_name: str, batch: int, group: int, new_to
 
     model, tokenizer = load_model(model_name)
     policies = {c: _policy(c, model, tokenizer) for c in contenders}
-    observations = _prompts(batch, group)
+    observations = _prompts(batch, group, setting, tokenizer)
+    prompt_tokens = [len(p) for p in policies[contenders[0]].prompt_ids(observations, None)] \
+        if contenders[0] != "vllm" else []
     rates: dict[str, list[float]] = {c: [] for c in contenders}
     tokens: dict[str, list[int]] = {c: [] for c in contenders}
     seconds: dict[str, list[float]] = {c: [] for c in contenders}
@@ -85,7 +123,7 @@ def child(contenders: list[str], model_name: str, batch: int, group: int, new_to
                 seconds[c].append(elapsed)
     Path(out).write_text(json.dumps({
         c: {"tokens_per_s": statistics.median(rates[c]), "seconds": statistics.median(seconds[c]),
-            "tokens": tokens[c]} for c in contenders
+            "tokens": tokens[c], "prompt_tokens": prompt_tokens} for c in contenders
     }))
 
 
@@ -96,7 +134,8 @@ def _run_round(contenders: list[str], model: str, args: argparse.Namespace) -> d
                "MKL_NUM_THREADS": str(args.threads), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
         cmd = [sys.executable, "-m", "bench.generation", "--child", ",".join(contenders), "--models", model,
                "--batch", str(args.batch), "--group", str(args.group), "--new-tokens", str(args.new_tokens),
-               "--repeats", str(args.repeats), "--threads", str(args.threads), "--out", str(out)]
+               "--repeats", str(args.repeats), "--threads", str(args.threads), "--out", str(out),
+               "--prompts", args.prompts]
         subprocess.run(cmd, check=True, cwd=ROOT, env=env, timeout=1800)
         return json.loads(out.read_text())
 
@@ -123,6 +162,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each process")
     parser.add_argument("--vllm", action="store_true", help="also VLLMPolicy (needs vLLM)")
+    parser.add_argument("--contenders", default=DEFAULT_CONTENDERS,
+                        help=f"comma-separated, of: {', '.join(CONTENDERS)}")
+    parser.add_argument("--baseline", default="generate", help="the contender every ratio is taken against")
+    parser.add_argument("--prompts", default="anchor", choices=PROMPT_SETTINGS,
+                        help="anchor: short prompts; toolcall-long: RLLA tool-call prompts of about 780 tokens")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
@@ -132,14 +176,21 @@ def main() -> int:
         print(format_versions("versions", interpreter_versions()), flush=True)
     if args.child:
         child(args.child.split(","), args.models, args.batch, args.group, args.new_tokens, args.repeats,
-              args.threads, args.out)
+              args.threads, args.out, args.prompts)
         return 0
 
-    contenders = list(CONTENDERS) + (["vllm"] if args.vllm else [])
+    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    if args.vllm and "vllm" not in contenders:
+        contenders.append("vllm")
+    unknown = [c for c in contenders if c not in CONTENDERS]
+    if unknown or not contenders:
+        parser.error(f"--contenders: {', '.join(unknown) or 'none given'} not among {', '.join(CONTENDERS)}")
+    if args.baseline not in contenders:
+        parser.error(f"--baseline {args.baseline!r} is not among --contenders {', '.join(contenders)}")
     load_before = os.getloadavg()
-    print(f"batch {args.batch} (G={args.group}) x {args.new_tokens} new tokens, {args.threads} torch thread(s), "
-          f"median of {args.repeats} batches per contender and process, {args.rounds} rounds; load average "
-          f"{load_before[0]:.1f}; {versions()}", flush=True)
+    print(f"batch {args.batch} (G={args.group}) x {args.new_tokens} new tokens, {args.prompts} prompts, "
+          f"{args.threads} torch thread(s), median of {args.repeats} batches per contender and process, "
+          f"{args.rounds} rounds; load average {load_before[0]:.1f}; {versions()}", flush=True)
     report: dict[str, dict] = {}
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         runs: dict[str, list[dict]] = {c: [] for c in contenders}
@@ -147,22 +198,36 @@ def main() -> int:
             result = _run_round(contenders, model, args)
             for contender in contenders:
                 runs[contender].append(result[contender])
-        for g, s in zip(runs["generate"], runs["static"]):
-            if g["tokens"] != s["tokens"]:
-                print(f"warning: {model}: generate and static drew different token counts {g['tokens']} / {s['tokens']}")
-        ratios = [s["tokens_per_s"] / g["tokens_per_s"] for g, s in zip(runs["generate"], runs["static"])]
-        row = {c: {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in rs),
-                   "seconds_per_batch": statistics.median(r["seconds"] for r in rs),
-                   "rounds": [r["tokens_per_s"] for r in rs]} for c, rs in runs.items()}
-        row["static_over_generate"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
-        if "vllm" in runs:
-            row["vllm_over_generate"] = statistics.median(
-                v["tokens_per_s"] / g["tokens_per_s"] for g, v in zip(runs["generate"], runs["vllm"]))
+        base = runs[args.baseline]
+        for c in contenders:
+            if c != "vllm" and any(b["tokens"] != r["tokens"] for b, r in zip(base, runs[c])):
+                print(f"warning: {model}: {args.baseline} and {c} drew different token counts "
+                      f"{[b['tokens'] for b in base]} / {[r['tokens'] for r in runs[c]]}")
+        row: dict[str, dict] = {}
+        for c, rs in runs.items():
+            ratios = [r["tokens_per_s"] / b["tokens_per_s"] for b, r in zip(base, rs)]
+            row[c] = {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in rs),
+                      "seconds_per_batch": statistics.median(r["seconds"] for r in rs),
+                      "rounds": [r["tokens_per_s"] for r in rs],
+                      "over_baseline": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}}
+        prompt_tokens = base[0].get("prompt_tokens") or []
+        if prompt_tokens:
+            row["prompt_tokens"] = {"mean": statistics.mean(prompt_tokens), "min": min(prompt_tokens),
+                                    "max": max(prompt_tokens)}
+            print(f"{model:<14} prompts of {min(prompt_tokens)}-{max(prompt_tokens)} tokens "
+                  f"(mean {statistics.mean(prompt_tokens):.0f})")
         report[model] = row
         for c in contenders:
-            print(f"{model:<14} {c:<9} {row[c]['tokens_per_s']:>9.1f} tokens/s  {row[c]['seconds_per_batch']:.3f} s/batch")
-        r = row["static_over_generate"]
-        print(f"{model:<14} static / generate: {r['median']:.2f}x (rounds {r['min']:.2f}-{r['max']:.2f})", flush=True)
+            r = row[c]["over_baseline"]
+            print(f"{model:<14} {c:<16} {row[c]['tokens_per_s']:>9.1f} tokens/s  {row[c]['seconds_per_batch']:8.3f} "
+                  f"s/batch  {r['median']:5.2f}x {args.baseline} (rounds {r['min']:.2f}-{r['max']:.2f})", flush=True)
+        for decoder in ("generate", "static"):
+            if decoder in runs and f"{decoder}+shared" in runs:
+                ratios = [s["tokens_per_s"] / u["tokens_per_s"] for u, s in zip(runs[decoder], runs[f"{decoder}+shared"])]
+                row[f"{decoder}_shared_over_unshared"] = {"median": statistics.median(ratios), "min": min(ratios),
+                                                          "max": max(ratios)}
+                print(f"{model:<14} {decoder}: shared prompt / unshared: {statistics.median(ratios):.2f}x "
+                      f"(rounds {min(ratios):.2f}-{max(ratios):.2f})", flush=True)
     load_after = os.getloadavg()
     print(f"load average after: {load_after[0]:.1f}")
     if args.json:

@@ -10,6 +10,12 @@ wall time, and whether the two ways agree on every verdict. Then every probe of
 
     python -m bench.judge                                     # HumanEval, 164 tasks
     python -m bench.judge --dataset PATH/LeetCodeDataset-v0.3.1-test.jsonl.gz --limit 100
+
+Recorded with ``python -m bench.judge --limit 20 --no-probes`` (HumanEval, 100 verdicts each
+way; a 2-core x86-64 machine shared with other jobs, CPython 3.11): through the pool a verdict
+cost this process 0.183 ms of CPU on average (at most 0.5 ms) and the worker 0.200 ms; judged
+in this process, 0.306 ms. This is the figure behind "the pool costs the host a fraction of a
+millisecond per verdict"; the unit tests check the pool's verdicts, not its speed.
 """
 
 from __future__ import annotations

@@ -31,6 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def child(threads: int, calls: int, out: str) -> None:
     import torch
 
+    if threads == 0:  # the trainer's automatic count, taken under whatever load runs now
+        from trainer.threads import auto_torch_threads
+
+        threads = auto_torch_threads()
     torch.set_num_threads(threads)
     from trainer.advantages import compute_advantages
 
@@ -47,16 +51,21 @@ def child(threads: int, calls: int, out: str) -> None:
     Path(out).write_text(json.dumps({"ms": statistics.median(times) * 1e3, "threads": torch.get_num_threads()}))
 
 
-def _measure(threads: int, busy: int, calls: int) -> float:
+def _measure(threads: int, busy: int, calls: int) -> tuple[float, int]:
+    """(median ms per call, torch threads used) with ``busy`` spinning processes alongside;
+    ``threads`` 0 lets the child choose as the trainer does (``auto_torch_threads``)."""
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
     try:
         time.sleep(0.2 if busy else 0)  # let the spinners take their cores
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "r.json"
-            env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+            env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+            if threads:  # 0: automatic, as a trainer started without OMP_NUM_THREADS chooses
+                env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
             subprocess.run([sys.executable, "-m", "bench.threads", "--child", str(threads), "--calls", str(calls),
                             "--out", str(out)], check=True, env=env, cwd=ROOT, timeout=900)
-            return json.loads(out.read_text())["ms"]
+            result = json.loads(out.read_text())
+            return result["ms"], result["threads"]
     finally:
         for p in spinners:
             p.kill()
@@ -83,7 +92,8 @@ def main() -> int:
 
     cores = available_cores()
     rule = auto_torch_threads(args.busy, "process")
-    configs = [(1, 0), (cores, 0), (cores, args.busy), (rule, args.busy)]
+    # 0 threads: the automatic count, chosen in the child with the busy processes running
+    configs = [(1, 0), (cores, 0), (cores, args.busy), (rule, args.busy), (0, 0), (0, args.busy)]
     configs = list(dict.fromkeys(configs))
     load = os.getloadavg()[0]
     import torch
@@ -92,17 +102,23 @@ def main() -> int:
           f"process(es): {rule} thread(s); median of {args.calls} calls, {args.rounds} rounds; "
           f"load average {load:.1f}; torch {torch.__version__}", flush=True)
     results: dict[tuple[int, int], list[float]] = {c: [] for c in configs}
+    chosen: dict[tuple[int, int], set[int]] = {c: set() for c in configs}
     for _ in range(args.rounds):
         for threads, busy in configs:
-            results[(threads, busy)].append(_measure(threads, busy, args.calls))
+            ms, used = _measure(threads, busy, args.calls)
+            results[(threads, busy)].append(ms)
+            chosen[(threads, busy)].add(used)
     base = statistics.median(results[(1, 0)])
     print(f"{'torch threads':>13} {'busy procs':>10} {'ms/call':>9} {'vs 1 thread quiet':>18}  rounds")
     rows = []
     for (threads, busy), values in results.items():
         ms = statistics.median(values)
         label = f"{threads}" + (" (rule)" if (threads, busy) == (rule, args.busy) and busy else "")
+        if threads == 0:
+            label = "auto=" + "/".join(str(t) for t in sorted(chosen[(threads, busy)]))
         print(f"{label:>13} {busy:>10} {ms:9.2f} {ms / base:17.2f}x  {' '.join(f'{v:.1f}' for v in values)}")
-        rows.append({"threads": threads, "busy": busy, "ms": ms, "rounds": values})
+        rows.append({"threads": threads or "automatic", "chosen": sorted(chosen[(threads, busy)]),
+                     "busy": busy, "ms": ms, "rounds": values})
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "cores": cores, "rule": rule,

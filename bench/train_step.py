@@ -12,8 +12,8 @@ The ratio corrgrpo/bare is the trainer's overhead.
 
 ``--overlap`` compares the trainer with and without ``rollout.overlap`` instead (contenders
 ``corrgrpo`` and ``overlap``, the same thread budget ``--threads`` each: overlap splits it
-between its two sides) on ``--setting`` quickstart, anchor (``env_configs/anchor_grpo.yaml``)
-or smollm2 (``env_configs/toolcall_smollm2.yaml``, ``--max-new-tokens`` shortens it); the
+between its two sides) on ``--setting`` quickstart, anchor (``studies/configs/anchor_grpo.yaml``)
+or smollm2 (``studies/configs/toolcall_smollm2.yaml``, ``--max-new-tokens`` shortens it); the
 machine's load average is printed with each process's result.
 
     python -m bench.train_step --steps 12 --rounds 2
@@ -37,9 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 SETTINGS = {
-    "quickstart": "quickstart.yaml",
-    "anchor": "anchor_grpo.yaml",
-    "smollm2": "toolcall_smollm2.yaml",
+    "quickstart": "env_configs/quickstart.yaml",
+    "anchor": "studies/configs/anchor_grpo.yaml",
+    "smollm2": "studies/configs/toolcall_smollm2.yaml",
 }
 
 
@@ -60,7 +60,7 @@ def child_corrgrpo(steps: int, out: str, setting: str = "quickstart", overlap: b
         overrides.append(f"rollout.max_new_tokens={max_new_tokens}")
     if seed is not None:
         overrides.append(f"train.seed={seed}")
-    cfg = load_config(ROOT / "env_configs" / SETTINGS[setting], overrides)
+    cfg = load_config(ROOT / SETTINGS[setting], overrides)
     Trainer(cfg).train()
     rows = [json.loads(x) for x in open(Path(out) / "metrics.jsonl")]
     keys = ["time/step", "time/generate", "time/reward", "time/update", "reward/weighted/mean"]

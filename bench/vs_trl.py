@@ -4,7 +4,7 @@ The setting is ``../shared/anchors`` (README there): the anchor's tokenizer and 
 Qwen2 (558,208 parameters), 64 prompts, the three rewards (uncapped digit count, has 'a',
 has 'b'), 8 prompts x 8 rollouts, 32 new tokens, temperature 1, AdamW lr 1e-3 with linear decay
 over 20 steps, grad norm 1.0, clip 0.2, no KL, one update per batch, float32. corrgrpo runs it
-from ``env_configs/anchor_grpo.yaml`` (``corrgrpo train``, TensorBoard and progress bar off);
+from ``studies/configs/anchor_grpo.yaml`` (``corrgrpo train``, TensorBoard and progress bar off);
 TRL runs it through the anchor script's ``--child`` mode in its own virtual environment
 (``scripts/trl_venv.sh``). Every run is a fresh process; the configurations are interleaved
 round-robin so that the machine's drifting load hits them alike.
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CORRGRPO_SHARED", ROOT.parent / "shared"))
 ANCHOR_SCRIPT = SHARED / "anchors" / "trl_grpo_tiny.py"
 ANCHOR_TOKENIZER = SHARED / "anchors" / "tiny_bpe_1024.tokenizer.json"
-CONFIG = ROOT / "env_configs" / "anchor_grpo.yaml"
+CONFIG = ROOT / "studies" / "configs" / "anchor_grpo.yaml"
 WARMUP = 2  # the step-time median is over steps 3..N, as in the anchor
 
 # name -> (framework, estimator, loss, extra corrgrpo overrides, interpreter). TRL has no

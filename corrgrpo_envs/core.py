@@ -125,7 +125,8 @@ class MultiRewardEnv(gym.Env[dict, str]):
     Args:
         tasks: the tasks of this env's split.
         reward_names: the K component names, in reward-vector order.
-        reward_low, reward_high: each component's bounds (length K).
+        reward_low: each component's lower bound (length K).
+        reward_high: each component's upper bound (length K).
         reward_weights: the domain's default weights (length K); overridable.
         max_action_chars: actions longer than this are rejected with the lowest reward.
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Build a separate virtual environment with Hugging Face TRL, used by bench/vs_trl.py to run the
-# TRL anchor (../shared/anchors/trl_grpo_tiny.py) side by side with corrgrpo.
+# Build a separate virtual environment with Hugging Face TRL and this project (without its own
+# dependencies: TRL pins its transformers and accelerate), for the TRL tests
+# (tests/test_trl_adapter.py, tests/test_trl_estimators.py run their TRL part in it), bench/vs_trl.py
+# and bench/trl_estimators.py.
 #
 #   scripts/trl_venv.sh [VENV_DIR]        # default: .venv-trl in the repository root
 #   .venv/bin/python -m bench.vs_trl      # finds .venv-trl/bin/python by itself
@@ -19,5 +21,8 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade pip
 "${PIP[@]}" install torch==2.13.0
 "${PIP[@]}" install trl==1.16.0 torch==2.13.0
+# this project, editable and without its dependencies; what its TRL code and tests import besides
+"${PIP[@]}" install --no-deps -e "$ROOT"
+"${PIP[@]}" install "gymnasium>=1.0" pytest pytest-timeout pyyaml matplotlib torch==2.13.0
 echo "TRL venv ready: $VENV"
-"$VENV/bin/python" -c "import trl, torch, transformers; print('trl', trl.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
+"$VENV/bin/python" -c "import trl, torch, transformers, trainer.integrations.trl; print('trl', trl.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"

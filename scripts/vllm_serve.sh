@@ -22,6 +22,9 @@
 #   --logprobs-mode raw_logprobs logprobs of the raw logits (before temperature/top-p), the
 #                                quantity every corrgrpo policy reports and the trainer compares
 #   --generation-config vllm     no sampling defaults from the model's generation_config.json
+#   --enable-prefix-caching      a group's G requests share one prompt: its KV blocks are computed
+#                                once (vLLM's default on most builds, stated so that none differs;
+#                                -- --no-enable-prefix-caching turns it off)
 #   --weight-transfer-config     with WEIGHT_TRANSFER=nccl (GPUs): also vLLM's NCCL weight transfer
 #                                (/init_weight_transfer_engine, /update_weights), see docs/trainer.md
 #   --enforce-eager, --kv-cache-memory-bytes  on CPU: no graph capture, a small explicit KV cache
@@ -49,7 +52,8 @@ if [[ -z "${DEVICE:-}" ]]; then
 fi
 mkdir -p "$LOG_DIR"
 
-COMMON=(--served-model-name "$NAME" --host "$HOST" --logprobs-mode raw_logprobs --generation-config vllm)
+COMMON=(--served-model-name "$NAME" --host "$HOST" --logprobs-mode raw_logprobs --generation-config vllm
+        --enable-prefix-caching)
 if [[ "$DEVICE" == cpu ]]; then
     COMMON+=(--dtype float32 --enforce-eager --kv-cache-memory-bytes "${KV_CACHE_BYTES:-268435456}")
 else

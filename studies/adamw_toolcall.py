@@ -1,7 +1,7 @@
 """What the estimator changes under AdamW: SmolLM2-135M tool-calling RL over seeds.
 
 The tool-calling RL of docs/learning.md (stage 2: 30 steps of 2 tasks x 8 rollouts from the
-SFT warm start, ``env_configs/toolcall_smollm2_rl_grpo.yaml``) run for each estimator and
+SFT warm start, ``studies/configs/toolcall_smollm2_rl_grpo.yaml``) run for each estimator and
 seed; only ``algorithm.estimator`` and ``train.seed`` change between runs. Each final model
 is evaluated greedily on the generator's 200-task eval split with ``studies.learning_toolcall``
 (the code of ``corrgrpo eval``), and so is the warm start.
@@ -48,7 +48,7 @@ from studies.learning_toolcall import COMPONENTS, answer_exact, paired_change
 from studies.study import _holm, _mean_ci, _paired
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = ROOT / "env_configs" / "toolcall_smollm2_rl_grpo.yaml"
+CONFIG = ROOT / "studies" / "configs" / "toolcall_smollm2_rl_grpo.yaml"
 ESTIMATORS = ("grpo", "corrgrpo", "gdpo")
 BASELINE = "grpo"
 START = "sft60"
@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--workers", type=int, default=2, help="runs at a time (one torch thread each)")
     p.add_argument("--start", type=Path, default=ROOT / "runs" / "sft_toolcall_smollm2" / "model",
-                   help="the SFT warm start (env_configs/sft_toolcall_smollm2.yaml's final model)")
+                   help="the SFT warm start (studies/configs/sft_toolcall_smollm2.yaml's final model)")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "adamw_toolcall")
     p.add_argument("--run", action="store_true", help="train and evaluate the missing runs first")
     p.add_argument("--figure", type=Path, default=None, help="PNG of the per-step means over seeds (corrgrpo plot)")
@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.run:
         if not args.start.exists():
             raise SystemExit(f"--start {args.start}: no such model folder (run corrgrpo sft "
-                             "env_configs/sft_toolcall_smollm2.yaml first)")
+                             "studies/configs/sft_toolcall_smollm2.yaml first)")
         run_all(args.out, estimators, seeds, args.workers, args.start)
     res = analyze(args.out, estimators, seeds)
     (args.out / "results.json").write_text(json.dumps(res, indent=1, default=str), encoding="utf-8")

@@ -29,7 +29,7 @@ answers of the eval tasks that expect calls. :func:`overlap` is the computation 
 lists of :class:`TaskRecord`; the command loads, prints counts, shares and examples, and
 ``--json`` writes the report::
 
-    python -m studies.contamination --train env_configs/sft_rlla_smollm2.yaml \\
+    python -m studies.contamination --train studies/configs/sft_rlla_smollm2.yaml \\
         --eval bfcl --eval rlla_test --eval api_bank_l1=100
 """
 

@@ -37,7 +37,7 @@ from studies.learning_toolcall import name_value_pairs, paired_change
 from trainer.run_logger import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG = ROOT / "env_configs" / "code_smollm2.yaml"
+DEFAULT_CONFIG = ROOT / "studies" / "configs" / "code_smollm2.yaml"
 DEFAULT_LEETCODE_TEST = ROOT.parent / "shared" / "data" / "leetcodedataset" / "LeetCodeDataset-v0.3.1-test.jsonl.gz"
 REWARDS = ("format", "syntax", "compile", "runtime", "correct", "ast_similarity", "efficiency")
 BINARY = ("format", "syntax", "compile", "runtime", "correct")

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG = ROOT / "env_configs" / "toolcall_smollm2.yaml"
+DEFAULT_CONFIG = ROOT / "studies" / "configs" / "toolcall_smollm2.yaml"
 BFCL_CATEGORIES = ("simple_python", "multiple")
 #: the BFCL data sets of ``--data`` and their categories
 BFCL_SETS = {"bfcl": BFCL_CATEGORIES, "bfcl_parallel": ("parallel",), "bfcl_live_simple": ("live_simple",)}

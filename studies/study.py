@@ -37,9 +37,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {
-    "toy": ROOT / "env_configs" / "study_toy.yaml",
-    "toy_unit": ROOT / "env_configs" / "study_toy_unit.yaml",
-    "anchor": ROOT / "env_configs" / "anchor_grpo.yaml",
+    "toy": ROOT / "studies" / "configs" / "study_toy.yaml",
+    "toy_unit": ROOT / "studies" / "configs" / "study_toy_unit.yaml",
+    "anchor": ROOT / "studies" / "configs" / "anchor_grpo.yaml",
 }
 ESTIMATORS = ["grpo", "corrgrpo", "gdpo", "mo_grpo", "dr_grpo"]
 LAST = 5  # final mean = mean of the last LAST steps

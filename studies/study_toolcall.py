@@ -7,8 +7,8 @@ system prompt (``env.dataset_options``), so a step takes seconds on 2 CPU cores.
 1. ``init``: a random-init Qwen2 (:func:`agents.models.build_tiny_model`) whose BPE tokenizer is
    trained on the generator's train split (prompts and reference answers), with a ChatML template
    that leaves the tools out of the system turn (the system prompt already lists them);
-2. ``sft``: ``corrgrpo sft env_configs/sft_toolcall_study.yaml`` from it (the warm start, trained once);
-3. RL from the warm start with every estimator and seed (``env_configs/study_toolcall.yaml``,
+2. ``sft``: ``corrgrpo sft studies/configs/sft_toolcall_study.yaml`` from it (the warm start, trained once);
+3. RL from the warm start with every estimator and seed (``studies/configs/study_toolcall.yaml``,
    only ``algorithm.estimator`` and ``train.seed`` change), through :mod:`study`'s runner;
 4. greedy evaluation of the warm start and of every run's final model on the EVAL split;
 5. :mod:`study`'s statistics (final training means, paired differences to GRPO with Holm's
@@ -36,8 +36,8 @@ from studies import study  # the runner and the statistics
 
 ROOT = study.ROOT
 SETTING = "toolcall"
-RL_CONFIG = ROOT / "env_configs" / "study_toolcall.yaml"
-SFT_CONFIG = ROOT / "env_configs" / "sft_toolcall_study.yaml"
+RL_CONFIG = ROOT / "studies" / "configs" / "study_toolcall.yaml"
+SFT_CONFIG = ROOT / "studies" / "configs" / "sft_toolcall_study.yaml"
 study.SETTINGS[SETTING] = RL_CONFIG  # also runs in the spawned workers, which import this module
 ESTIMATORS = ["grpo", "corrgrpo", "dr_grpo", "gdpo", "mo_grpo", "gdpo_corr"]
 EVAL_METRICS = ["all_exact_accuracy", "function_name", "parameter", "values", "format"]

@@ -2,41 +2,24 @@
 
 from __future__ import annotations
 
-import gc
-import time
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
+from cpu_budget import CpuBudget, least_cpu_seconds
 
-#: The most CPU time one step may take on any string action (parse + reject included).
-STEP_BUDGET_S = 0.1
-
-
-def least_cpu_seconds(prepare: Callable[[], Any], call: Callable[[], Any], tries: int = 3,
-                      enough: float = STEP_BUDGET_S) -> tuple[Any, float]:
-    """``call()``'s result and its least CPU time over up to ``tries`` runs (``prepare()`` before each).
-
-    The machine is shared, and a full garbage collection of the test process's heap, pending from
-    earlier tests, costs up to a second when it falls inside the window: each try collects first.
-    Stops early once a try takes at most ``enough`` seconds.
-    """
-    best = float("inf")
-    out = None
-    for _ in range(tries):
-        prepare()
-        gc.collect()
-        start = time.process_time()
-        out = call()
-        best = min(best, time.process_time() - start)
-        if best <= enough:
-            break
-    return out, best
+#: The most CPU time one step may take on any string action (parse + reject included), in units
+#: of reference work (:mod:`cpu_budget`; about 0.1 s on a 2-core x86-64 machine).
+STEP_BUDGET_UNITS = 10
 
 
-def timed_step(env, task_id: str, action: str):
-    """Reset to ``task_id`` and step; the least CPU time of up to 3 tries."""
-    return least_cpu_seconds(lambda: env.reset(options={"task_id": task_id}), lambda: env.step(action))
+def step_budget(what: str = "one step", steps: int = 1) -> CpuBudget:
+    """The CPU budget of ``steps`` steps, its unit measured now."""
+    return CpuBudget(STEP_BUDGET_UNITS * steps, what)
+
+
+def timed_step(env, task_id: str, action: str, enough: float = 0.0):
+    """Reset to ``task_id`` and step; the least CPU time of up to 3 tries (fewer once one takes
+    at most ``enough`` seconds)."""
+    return least_cpu_seconds(lambda: env.reset(options={"task_id": task_id}), lambda: env.step(action),
+                             enough=enough)
 
 
 def check_reward(env, reward) -> None:

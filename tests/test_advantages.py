@@ -542,3 +542,21 @@ def test_bad_input_raises_value_error(kwargs: dict, match: str) -> None:
     call = {"rewards": GOOD, "group_ids": IDS, **kwargs}
     with pytest.raises(ValueError, match=match):
         compute_advantages(**call)
+
+
+def test_an_estimator_object_that_cannot_be_hashed_still_has_its_options_checked() -> None:
+    class Scaled:  # defines __eq__ without __hash__, as a dataclass does
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Scaled)
+
+        def __call__(self, groups, *, factor: float = 1.0):
+            return factor * groups.numerator
+
+    register_estimator("test_unhashable")(Scaled())
+    try:
+        result = compute_advantages(torch.tensor([[1.0], [3.0]]), one_group(2), "test_unhashable", factor=2.0)
+        torch.testing.assert_close(result.advantages, torch.tensor([-2.0, 2.0]))
+        with pytest.raises(ValueError, match="accepted: factor"):
+            compute_advantages(torch.tensor([[1.0], [3.0]]), one_group(2), "test_unhashable", scale=2.0)
+    finally:
+        adv.ESTIMATORS.unregister("test_unhashable")

@@ -124,7 +124,7 @@ def study_runs(tmp_path_factory):
     runs = {}
     for setting in ("study_toy", "study_toy_unit"):
         runs[setting] = tmp / setting
-        assert main(["train", f"env_configs/{setting}.yaml", "train.steps=4", "rollout.torch_threads=1",
+        assert main(["train", f"studies/configs/{setting}.yaml", "train.steps=4", "rollout.torch_threads=1",
                      f"train.output_dir={runs[setting]}"]) == 0
     return runs
 
@@ -167,3 +167,14 @@ def test_a_drifting_gradient_norm(tmp_path):
     # just inside the threshold, or too few steps: off
     assert _conditions([_drifting_run(tmp_path, "near", [0.1] * 6 + [0.19] * 6)]) == set()
     assert _conditions([_drifting_run(tmp_path, "short", [0.1] * 4 + [0.5] * 5)]) == set()
+
+
+def test_an_installed_package_names_the_sites_page_instead_of_a_missing_file(monkeypatch, tmp_path):
+    from trainer import advice
+
+    link = advice.ADVICE["dominant"][1]
+    assert advice.where_to_read(link) == link  # a checkout: the file is there
+    monkeypatch.setattr(advice, "_ROOT", tmp_path)  # an installed package: no docs/ beside it
+    shown = advice.where_to_read(link)
+    assert shown.startswith("the documentation's page 'Results > Estimator studies', section #toy-one-")
+    assert shown.endswith(f"({link} in the source)")

@@ -276,7 +276,7 @@ def test_a_bad_line_in_the_middle_names_the_file_and_line(tmp_path):
 
 def test_resume_truncates_and_repairs_a_torn_file(tmp_path):
     _write(tmp_path / "metrics.jsonl", '{"step": 1}\n{"step": 2}\n{"step": 3}\n{"step": 4, "lo')
-    logger = RunLogger(tmp_path, tensorboard=False)
+    logger = RunLogger(tmp_path)
     logger.truncate_after(2)
     logger.log({"step": 3, "x": 1.0})
     assert read_metrics(tmp_path) == [{"step": 1}, {"step": 2}, {"step": 3, "x": 1.0}]
@@ -286,7 +286,7 @@ def test_resume_truncates_and_repairs_a_torn_file(tmp_path):
 def test_resume_drops_the_samples_of_steps_after_the_checkpoint(tmp_path):
     _write(tmp_path / "metrics.jsonl", '{"step": 1}\n{"step": 2}\n')
     _write(tmp_path / "samples.jsonl", '{"step": 1, "text": "a"}\n{"step": 2, "text": "b"}\n{"step": 3, "text": "lost"}\n')
-    logger = RunLogger(tmp_path, tensorboard=False)
+    logger = RunLogger(tmp_path)
     logger.truncate_after(2)
     logger.log_samples(3, [{"text": "again"}])
     texts = [json.loads(line)["text"] for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
@@ -295,7 +295,7 @@ def test_resume_drops_the_samples_of_steps_after_the_checkpoint(tmp_path):
 
 def test_a_torn_file_is_repaired_before_appending(tmp_path):
     _write(tmp_path / "metrics.jsonl", '{"step": 1}\n{"step": 2, "lo')
-    logger = RunLogger(tmp_path, tensorboard=False)
+    logger = RunLogger(tmp_path)
     logger.log({"step": 2})
     assert read_metrics(tmp_path) == [{"step": 1}, {"step": 2}]
 
@@ -303,7 +303,7 @@ def test_a_torn_file_is_repaired_before_appending(tmp_path):
 def test_a_fresh_start_in_an_old_folder_moves_the_old_logs_aside(tmp_path, caplog):
     _write(tmp_path / "metrics.jsonl", "".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)))
     _write(tmp_path / "samples.jsonl", '{"step": 1, "text": "old"}\n')
-    logger = RunLogger(tmp_path, tensorboard=False)
+    logger = RunLogger(tmp_path)
     with caplog.at_level(logging.WARNING, logger="trainer.run_logger"):
         logger.log({"step": 1})
         logger.log_samples(1, [{"text": "new"}])
@@ -322,27 +322,16 @@ def read_metrics_file(path: Path) -> list[dict]:
 
 def test_continuing_after_the_last_step_appends(tmp_path):
     _write(tmp_path / "metrics.jsonl", '{"step": 1}\n{"step": 2}\n')
-    logger = RunLogger(tmp_path, tensorboard=False)
+    logger = RunLogger(tmp_path)
     logger.truncate_after(2)
     logger.log({"step": 3})
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
     assert not list(tmp_path.glob("*.old-*"))
 
 
-def test_logger_says_once_when_tensorboard_does_not_import(tmp_path, monkeypatch):
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_tensorboard(name, *args, **kwargs):
-        if name.startswith("torch.utils.tensorboard"):
-            raise ImportError("No module named 'tensorboard'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
-    logger = RunLogger(tmp_path, tensorboard=True)
-    with pytest.warns(UserWarning, match="TensorBoard does not import here"):
-        logger.log({"step": 1, "loss": 0.5})
-    logger.log({"step": 2, "loss": 0.25})  # no second warning, and metrics still written
-    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
-    assert not (tmp_path / "tensorboard").exists()
+def test_logger_sends_each_records_finite_numbers_to_the_trackers(tmp_path):
+    sent = []
+    logger = RunLogger(tmp_path, send=lambda values, step: sent.append((step, values)))
+    logger.log({"step": 1, "loss": 0.5, "c_q/median": float("nan"), "done": True, "name": "x", "n": 3})
+    assert sent == [(1, {"loss": 0.5, "n": 3.0})]  # no step, NaN, bool or text: what a tracker plots
+    assert read_metrics(tmp_path) == [{"step": 1, "loss": 0.5, "c_q/median": None, "done": True, "name": "x", "n": 3}]

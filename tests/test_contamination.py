@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
+from cpu_budget import least_cpu_seconds
 
 from corrgrpo_envs.toolcall.datasets import shared_data_dir
 from studies.contamination import (
@@ -111,19 +111,27 @@ def test_near_threshold_is_checked():
         overlap(TRAIN, EVAL, near=0.0)
 
 
+def _near_duplicates(n: int) -> tuple[list[TaskRecord], list[TaskRecord]]:
+    """``n`` training and ``n`` evaluation questions, each pair sharing 4 of its 5 shingles."""
+    train = [TaskRecord(f"t/{i}", f"question number {i} about topic {i * 7} with detail {i * 13}") for i in range(n)]
+    evals = [TaskRecord(f"e/{i}", f"question number {i} about topic {i * 7} with detail {i * 13 + 1}")
+             for i in range(n)]
+    return train, evals
+
+
 def test_index_scales_without_all_pairs():
     # 3000 x 3000 distinct questions: the inverted index looks only at shared shingles
-    train = [TaskRecord(f"t/{i}", f"question number {i} about topic {i * 7} with detail {i * 13}") for i in range(3000)]
-    evals = [TaskRecord(f"e/{i}", f"question number {i} about topic {i * 7} with detail {i * 13 + 1}")
-             for i in range(3000)]
-    t0 = time.perf_counter()
-    m = overlap(train, evals)
-    seconds = time.perf_counter() - t0
+    train, evals = _near_duplicates(3000)
+    m, large_s = least_cpu_seconds(lambda: None, lambda: overlap(train, evals))
     assert m["questions_exact"].matched == 0
     # 9 words -> 5 shingles, 4 shared: Jaccard 4/6, below 0.8; at 0.6 every one is near
     assert m["questions_near"].matched == 0
     assert overlap(train, evals, near=0.6)["questions_near"].matched == 3000
-    assert seconds < 20, seconds
+    # 4x the questions cost about 4x through the index, 16x when every pair is compared
+    small = _near_duplicates(750)
+    _, small_s = least_cpu_seconds(lambda: None, lambda: overlap(*small))
+    print(f"overlap of 750 x 750 questions: {small_s * 1000:.1f} ms of CPU, 3000 x 3000: {large_s * 1000:.1f} ms")
+    assert large_s < 8 * small_s + 0.01, (small_s, large_s)
 
 
 def test_command_refuses_a_config_without_a_toolcall_env(tmp_path, capsys):
@@ -153,7 +161,7 @@ def test_command_on_the_generator(tmp_path, capsys):
                     reason="reference data (rlla_4k/, api_bank/) not found: set CORRGRPO_DATA")
 def test_real_data_stage_two_against_api_bank_level_one(tmp_path):
     out = tmp_path / "r.json"
-    assert main(["--train", "env_configs/rlla_smollm2_rl_grpo.yaml", "--eval", "api_bank_l1=100",
+    assert main(["--train", "studies/configs/rlla_smollm2_rl_grpo.yaml", "--eval", "api_bank_l1=100",
                  "--eval", "rlla_test", "--json", str(out), "--no-examples"]) == 0
     report = json.loads(out.read_text(encoding="utf-8"))
     assert report["train_tasks"] == 497

@@ -207,8 +207,10 @@ def test_streams_limits_and_verdicts(box):
     assert box.run("import os; os._exit(3)").status == "killed"
     flood = box.run("while True: print('y' * 1000)")
     assert flood.status == "output_limit" and len(flood.stdout) <= LIMITS.output_bytes
-    slow = box.run("while True: pass", Limits(timeout=1.0, memory_mb=256, file_size_mb=4))
-    assert slow.status == "timeout" and slow.wall_seconds < 1.0 + 3.0
+    slow_limits = Limits(timeout=1.0, memory_mb=256, file_size_mb=4)
+    slow = box.run("while True: pass", slow_limits)
+    # ended by its deadline; the slack covers stopping a container on a loaded machine
+    assert slow.status == "timeout" and slow.wall_seconds < slow_limits.timeout + 10.0
     # limits the engine enforces on the container
     assert box.run("import os; print(os.getuid())").stdout.strip() != "0"
     assert box.run("import socket; socket.create_connection(('1.1.1.1', 53), 1)").status \

@@ -261,8 +261,8 @@ def test_config_errors_name_the_key(tmp_path, data):
     ]:
         with pytest.raises(ConfigError, match=message):
             sft_config_from_dict({"env": {"id": "x"}, section: {key: value}})
-    for name in ("sft_toolcall_tiny.yaml", "sft_toolcall_smollm2.yaml"):
-        cfg = load_sft_config(ROOT / "env_configs" / name, ["train.steps=3"])
+    for path in ("env_configs/sft_toolcall_tiny.yaml", "studies/configs/sft_toolcall_smollm2.yaml"):
+        cfg = load_sft_config(ROOT / path, ["train.steps=3"])
         assert cfg.data.source == "env" and cfg.env["id"] == "corrgrpo/ToolCall-v0" and cfg.train.steps == 3
 
 

@@ -1,4 +1,4 @@
-"""The tool-call estimator study's setting builds and trains (studies/study_toolcall.py, env_configs/study_toolcall.yaml)."""
+"""The tool-call estimator study's setting builds and trains (studies/study_toolcall.py, studies/configs/study_toolcall.yaml)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,13 @@ import os
 import pytest
 import torch
 
-from trainer.threads import THREAD_ENV_VARS, auto_torch_threads, configure_threads, worker_env
+from trainer.threads import (
+    THREAD_ENV_VARS,
+    auto_torch_threads,
+    configure_threads,
+    running_elsewhere,
+    worker_env,
+)
 
 
 @pytest.mark.parametrize(
@@ -22,7 +28,33 @@ from trainer.threads import THREAD_ENV_VARS, auto_torch_threads, configure_threa
     ],
 )
 def test_auto_threads(cores, local, workers, executor, want):
-    assert auto_torch_threads(workers, executor, cores=cores, local_processes=local) == want
+    assert auto_torch_threads(workers, executor, cores=cores, local_processes=local, running=0) == want
+
+
+@pytest.mark.parametrize("cores, running, want", [(2, 0, 2), (2, 1, 1), (2, 9, 1), (16, 3, 13), (16, 12, 4)])
+def test_auto_threads_leave_the_cores_other_running_work_holds(cores, running, want):
+    assert auto_torch_threads(cores=cores, local_processes=1, running=running) == want
+
+
+def test_running_elsewhere_counts_a_busy_neighbour():
+    import subprocess
+    import sys
+
+    if not os.path.exists("/proc/stat"):
+        pytest.skip("no /proc/stat here")
+    quiet = running_elsewhere()
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        import time
+
+        time.sleep(0.3)  # both scheduled
+        busy = running_elsewhere(samples=9)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    # two spinning processes are runnable at every reading, whatever else the machine runs
+    assert busy >= 2, (quiet, busy)
 
 
 def test_configure_threads_sets_torch_and_worker_env(monkeypatch):
@@ -49,6 +81,7 @@ def test_omp_num_threads_is_the_users_choice_unless_the_config_gives_one(monkeyp
     assert choose_threads(2) == (2, "config")
     monkeypatch.setenv("OMP_NUM_THREADS", "4,2")  # OpenMP's nested form: the outer count
     assert choose_threads(None) == (4, "OMP_NUM_THREADS")
+    monkeypatch.setattr("trainer.threads.running_elsewhere", lambda: 0)  # the same load for both calls
     for unusable in ("", "0", "many"):
         monkeypatch.setenv("OMP_NUM_THREADS", unusable)
         assert choose_threads(None) == (auto_torch_threads(), "automatic"), unusable

@@ -22,8 +22,9 @@ def test_quickstart_loads_with_overrides():
 def test_config_files_in_env_configs_all_load():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "env_configs"
-    for path in sorted(root.glob("*.yaml")):
+    root = Path(__file__).resolve().parents[1]
+    # the examples a user starts from, and the studies' own configs
+    for path in sorted([*root.glob("env_configs/*.yaml"), *root.glob("studies/configs/*.yaml")]):
         import yaml
 
         data = yaml.safe_load(path.read_text())

@@ -2,9 +2,8 @@
 
 The adapter's scoring runs in the main suite. Training a few steps of TRL's
 ``GRPOTrainer`` needs TRL: it runs in this interpreter when ``trl`` imports,
-else in the TRL venv (``bash scripts/trl_venv.sh`` builds ``.venv-trl``; this
-project goes into it with ``.venv-trl/bin/pip install --no-deps -e .`` plus
-``gymnasium pytest``), and skips when neither has it.
+else in the TRL venv (``bash scripts/trl_venv.sh`` builds ``.venv-trl`` with this
+project in it), and skips when neither has it (fails in CI: ``tests/trl_venv.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from corrgrpo_envs.integrations.trl import (
     reward_functions,
 )
 from corrgrpo_envs.toy.rewards import score_text
+from tests.trl_venv import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 TRL_PYTHON = ROOT / ".venv-trl" / "bin" / "python"
@@ -150,7 +150,7 @@ def test_grpo_trainer_trains_on_the_toy_domain(tmp_path):
     elif os.environ.get(IN_TRL_VENV):
         pytest.fail("running in the TRL venv, but trl does not import")
     elif not TRL_PYTHON.exists():
-        pytest.skip("TRL is not installed here and .venv-trl is missing (bash scripts/trl_venv.sh builds it)")
+        unavailable("TRL is not installed here and .venv-trl is missing (bash scripts/trl_venv.sh builds it)")
     else:
         out = tmp_path / "result.json"
         code = (
@@ -163,8 +163,7 @@ def test_grpo_trainer_trains_on_the_toy_domain(tmp_path):
                               text=True, timeout=600)
         missing = [m for m in ("corrgrpo_envs", "gymnasium", "pytest") if f"No module named '{m}'" in proc.stderr]
         if proc.returncode != 0 and missing:
-            pytest.skip(f".venv-trl lacks {missing[0]}: .venv-trl/bin/pip install --no-deps -e . "
-                        "&& .venv-trl/bin/pip install gymnasium pytest")
+            unavailable(f".venv-trl lacks {missing[0]} (bash scripts/trl_venv.sh installs it)")
         assert proc.returncode == 0, proc.stderr[-4000:]
         result = json.loads(out.read_text())
     assert result["global_step"] == 2 and len(result["logs"]) == 2

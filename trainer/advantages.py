@@ -20,6 +20,11 @@ Implementation notes:
   variance of ``sum_k c_ik / std_q(c_k)``, and a covariance row sum is
   ``Cov(c_k, N)``. Estimators are small pure tensor functions of the resulting
   :class:`RewardGroups`. The returned advantages are float32.
+- Each built-in estimator is written once, as its :class:`Decomposition`: the
+  part ``a_ik`` of each reward component in each advantage (every one is linear
+  in the centred weighted rewards once its normalisers are fixed), and
+  :func:`decomposed` makes the estimator ``A_i = sum_k a_ik`` of it. So the
+  advantages and their attribution (``trainer.attribution``) cannot drift apart.
 - NaN marks a component that does not apply to a response. It is left out of
   its component's group mean and its centred value is 0, so it adds nothing to
   the numerator nor to the (co)variances; the (co)variances still divide by
@@ -36,18 +41,20 @@ Implementation notes:
   hide variation. A response whose components are all NaN gets advantage 0 and
   takes no part in batch-level normalisation.
 - Estimators are looked up by name in a registry; :func:`register_estimator`
-  plugs in a new one, and an entry point ``package.module:function`` names one
+  plugs in a new one (a plain advantage function, or one made by
+  :func:`decomposed`), and an entry point ``package.module:function`` names one
   without registering it.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -59,12 +66,14 @@ __all__ = [
     "NEAR_CANCELLING_S_CORR",
     "AdvantageResult",
     "AdvantageStats",
+    "Decomposition",
     "RewardGroups",
     "ESTIMATORS",
     "available_estimators",
     "compute_advantages",
     "check_estimator",
     "corrgrpo_advantages",
+    "decomposed",
     "diagnose",
     "dr_grpo_advantages",
     "gdpo_advantages",
@@ -350,25 +359,58 @@ def _correlation_sum(cov: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
     return (cov * u.unsqueeze(1) * u.unsqueeze(0)).sum().clamp(min=0.0)
 
 
-def _masked_standardise(x: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
-    """``(x - mean) / (std + eps)`` over the entries where ``mask`` is true (unbiased std)."""
-    vals = x[mask]
-    if vals.numel() == 0:
-        return torch.zeros_like(x)
-    mean = vals.mean()
-    std = vals.std() if vals.numel() > 1 else vals.new_zeros(())
-    return (x - mean) / (std + eps)
-
-
 # --------------------------------------------------------------------------- #
 # Registry
 # --------------------------------------------------------------------------- #
+class Decomposition(NamedTuple):
+    """An estimator's advantages split by reward component: ``A_i = sum_k parts[i, k]``.
+
+    Attributes:
+        parts: ``[N, K]`` float64, ``a_ik``: component k's part of response i's advantage.
+        group_weight: the effective weight of each group, the factor its centred weighted
+            rewards are multiplied by: ``[G]``, or ``[G, K]`` for an estimator that weighs
+            each component on its own (NaN where a component is constant); batch-level
+            centring is not a factor and is left out. None when the estimator does not say.
+    """
+
+    parts: torch.Tensor
+    group_weight: torch.Tensor | None = None
+
+
+#: ``decompose(groups, *, **options) -> Decomposition`` (a plain ``(parts, group_weight)`` tuple works).
+DecompositionFn = Callable[..., Decomposition]
+
+
+def decomposed(decompose: DecompositionFn) -> Estimator:
+    """The estimator ``A_i = sum_k a_ik`` of a decomposition ``decompose(groups, **options)``.
+
+    Written once, an estimator yields both its advantages and its attribution: the returned
+    function has ``decompose``'s options (keyword-only parameters) and docstring, and keeps
+    ``decompose`` as its ``attribution`` attribute, where ``trainer.attribution`` finds it.
+    Put it under :func:`register_estimator`::
+
+        @register_estimator("half_dr_grpo")
+        @decomposed
+        def half_dr_grpo(groups, *, factor: float = 0.5) -> Decomposition:
+            return Decomposition(factor * groups.weighted, torch.full_like(groups.counts, factor))
+    """
+
+    @functools.wraps(decompose)
+    def advantages(groups: RewardGroups, **options: Any) -> torch.Tensor:
+        parts, _ = decompose(groups, **options)
+        return parts.sum(dim=1)
+
+    advantages.attribution = decompose  # type: ignore[attr-defined]
+    return advantages
+
+
 def register_estimator(name: str, *, override: bool = False) -> Callable[[Estimator], Estimator]:
     """Decorator registering ``fn(groups: RewardGroups, *, **options) -> Tensor [N]``.
 
     Options of an estimator are its keyword-only parameters; ``compute_advantages``
     rejects any other option. Raises ValueError when ``name`` is taken unless
-    ``override`` is true.
+    ``override`` is true. A plain function gets the proportional attribution
+    (``trainer.attribution``); one made by :func:`decomposed` its exact parts.
     """
     return ESTIMATORS.register(name, override=override)
 
@@ -397,9 +439,18 @@ def check_estimator(name: str, options: dict[str, Any] | None = None) -> None:
     )
 
 
-def _option_names(fn: Estimator) -> list[str]:
+def _option_names(fn: Estimator) -> tuple[str, ...]:
+    """``fn``'s keyword-only parameters, cached: reading a signature costs more than some estimators."""
+    try:
+        return _keyword_only(fn)
+    except TypeError:  # an unhashable callable object: read it every time
+        return _keyword_only.__wrapped__(fn)
+
+
+@functools.lru_cache(maxsize=256)
+def _keyword_only(fn: Estimator) -> tuple[str, ...]:
     params = inspect.signature(fn).parameters.values()
-    return [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
 def _check_eps(eps: float, name: str = "eps") -> float:
@@ -409,15 +460,49 @@ def _check_eps(eps: float, name: str = "eps") -> float:
 
 
 # --------------------------------------------------------------------------- #
-# Estimators: small pure tensor functions of RewardGroups
+# Estimators: small pure tensor functions of RewardGroups, each written as its parts
 # --------------------------------------------------------------------------- #
+def _scaled(groups: RewardGroups, weight: torch.Tensor) -> Decomposition:
+    """Parts ``c_ik * weight_q`` of a group weight ``[G]`` (or ``[G, K]``), and that weight."""
+    factor = groups.per_response(weight)
+    return Decomposition(groups.weighted * (factor.unsqueeze(1) if weight.dim() == 1 else factor), weight)
+
+
+def _standardised(x: torch.Tensor, valid: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Columns ``(x_ik - mean x_k) / (std t + eps)`` and ``1 / (std t + eps)`` (``t_i = sum_k x_ik``).
+
+    ``x`` ``[N, K]``; the means and the (unbiased) std are over the ``valid`` rows. The
+    parts sum to the whitened total ``(t_i - mean t) / (std t + eps)``. The other rows must
+    be finite (they are 0 or finite z-scores; with ``eps = 0`` a z-score of a constant
+    component is NaN, and the estimator reports a non-finite advantage).
+    """
+    total = x.sum(dim=1)[valid]
+    count = total.numel()
+    # column means as one product with the 0/1 mask: selecting the rows costs more
+    mean = valid.to(x.dtype) @ x / max(count, 1)
+    scale = 1.0 / ((total.std() if count > 1 else total.new_zeros(())) + eps)
+    return (x - mean) * scale, scale
+
+
+def _weighted_z(groups: RewardGroups, eps: float) -> torch.Tensor:
+    """``[N, K]`` ``w_k z_ik``: per-component group z-scores (0 for constant components)."""
+    # centred values of constant components are 0, so their z is 0
+    return groups.centred / groups.per_response(groups.std + eps) * groups.weights
+
+
+def _component_weight(groups: RewardGroups, eps: float) -> torch.Tensor:
+    """``[G, K]`` ``1 / (std_q r_k + eps)``, NaN for a component constant in the group."""
+    return torch.where(groups.active, 1.0 / (groups.std + eps), math.nan)
+
+
 @register_estimator("grpo")
+@decomposed
 def grpo_advantages(
     groups: RewardGroups, *, scale: str = "group", eps: float = DEFAULT_EPS
-) -> torch.Tensor:
+) -> Decomposition:
     """GRPO: ``A_i = (t_i - mean_q t) / (std_q t + eps)`` with ``t_i = sum_k w_k r_ik``.
 
-    Shapes: ``groups`` of N responses, G groups -> ``[N]`` float64.
+    Parts ``a_ik = c_ik / (std_q t + eps)``, group weight ``1 / (std_q t + eps)`` ``[G]``.
 
     Options:
         scale: ``group`` (std of t within the group), ``batch`` (std of
@@ -428,31 +513,36 @@ def grpo_advantages(
     ``S_cov`` sums all entries of the group covariance matrix.
     """
     eps = _check_eps(eps)
-    numerator = groups.numerator  # [N]
     if scale == "group":
-        return numerator / groups.per_response(groups.s_cov.sqrt() + eps)
+        return _scaled(groups, 1.0 / (groups.s_cov.sqrt() + eps))
     if scale == "batch":
-        vals = numerator[groups.valid]
+        vals = groups.numerator[groups.valid]
         std = vals.std() if vals.numel() > 1 else vals.new_zeros(())
-        return numerator / (std + eps)
+        return _scaled(groups, torch.full_like(groups.counts, 1.0) / (std + eps))
     if scale == "none":
-        return numerator
+        return _scaled(groups, torch.ones_like(groups.counts))
     raise ValueError(f"grpo option scale must be 'group', 'batch' or 'none', got {scale!r}")
 
 
 @register_estimator("dr_grpo")
-def dr_grpo_advantages(groups: RewardGroups) -> torch.Tensor:
-    """Dr. GRPO: ``A_i = t_i - mean_q t`` (GRPO with ``scale='none'``). ``[N]`` float64."""
-    return grpo_advantages(groups, scale="none")
+@decomposed
+def dr_grpo_advantages(groups: RewardGroups) -> Decomposition:
+    """Dr. GRPO: ``A_i = t_i - mean_q t`` (GRPO with ``scale='none'``).
+
+    Parts ``a_ik = c_ik``, group weight 1 ``[G]``.
+    """
+    return Decomposition(groups.weighted, torch.ones_like(groups.counts))
 
 
 @register_estimator("corrgrpo")
+@decomposed
 def corrgrpo_advantages(
     groups: RewardGroups, *, eps: float = DEFAULT_EPS, min_denominator: float | None = None
-) -> torch.Tensor:
+) -> Decomposition:
     """CorrGRPO: ``A_i = N_i / sqrt(S_corr + eps)``.
 
-    Shapes: ``groups`` of N responses, G groups, K components -> ``[N]`` float64.
+    Parts ``a_ik = c_ik / sqrt(S_corr + eps)`` over the components active for it (0 for
+    the others), group weight ``1 / sqrt(S_corr + eps)`` ``[G]``.
 
     ``N_i = sum_k c_ik`` is GRPO's numerator (weights included); ``S_corr =
     max(0, sum_kl C_kl)`` sums the group's Pearson correlation matrix over its
@@ -464,8 +554,9 @@ def corrgrpo_advantages(
             blow-up of near-cancelling groups; None (default) is paper-exact.
     """
     eps = _check_eps(eps)
-    denominator = _corrgrpo_denominator(groups.s_corr, eps, min_denominator)  # [G]
-    return groups.corr_numerator / groups.per_response(denominator)
+    weight = 1.0 / _corrgrpo_denominator(groups.s_corr, eps, min_denominator)  # [G]
+    parts, _ = _scaled(groups, torch.where(groups.corr_active, weight.unsqueeze(1), 0.0))
+    return Decomposition(parts, weight)
 
 
 def _corrgrpo_denominator(
@@ -484,38 +575,39 @@ def _corrgrpo_denominator(
     return denominator
 
 
-def _weighted_z(groups: RewardGroups, eps: float) -> torch.Tensor:
-    """``[N, K]`` ``w_k z_ik``: per-component group z-scores (0 for constant components)."""
-    # centred values of constant components are 0, so their z is 0
-    return groups.centred / groups.per_response(groups.std + eps) * groups.weights
-
-
 @register_estimator("mo_grpo")
-def mo_grpo_advantages(groups: RewardGroups, *, eps: float = DEFAULT_EPS) -> torch.Tensor:
+@decomposed
+def mo_grpo_advantages(groups: RewardGroups, *, eps: float = DEFAULT_EPS) -> Decomposition:
     """MO-GRPO: ``A_i = sum_k w_k z_ik``, ``z_ik = (r_ik - mean_q r_k) / (std_q r_k + eps)``.
 
-    Shapes: ``groups`` of N responses -> ``[N]`` float64. A constant component has z = 0.
+    Parts ``a_ik = w_k z_ik``, group weight ``1 / (std_q r_k + eps)`` ``[G, K]``. A
+    constant component has z = 0.
     """
-    return _weighted_z(groups, _check_eps(eps)).sum(dim=1)
+    eps = _check_eps(eps)
+    return Decomposition(_weighted_z(groups, eps), _component_weight(groups, eps))
 
 
 @register_estimator("gdpo")
-def gdpo_advantages(groups: RewardGroups, *, eps: float = DEFAULT_EPS) -> torch.Tensor:
+@decomposed
+def gdpo_advantages(groups: RewardGroups, *, eps: float = DEFAULT_EPS) -> Decomposition:
     """GDPO: MO-GRPO's ``sum_k w_k z_ik``, then standardised over the batch.
 
-    Shapes: ``groups`` of N responses -> ``[N]`` float64. The batch step
-    ``(A - mean) / (std + eps)`` uses the responses with at least one
-    applicable component.
+    Parts ``a_ik = (w_k z_ik - mean w_k z_k) / (std A' + eps)`` with ``A'`` the MO-GRPO
+    advantage, group weight ``1 / ((std_q r_k + eps) (std A' + eps))`` ``[G, K]``. The
+    batch means and std use the responses with at least one applicable component.
     """
     eps = _check_eps(eps)
-    return _masked_standardise(_weighted_z(groups, eps).sum(dim=1), groups.valid, eps)
+    parts, scale = _standardised(_weighted_z(groups, eps), groups.valid, eps)
+    return Decomposition(parts, _component_weight(groups, eps) * scale)
 
 
 @register_estimator("gdpo_corr")
-def gdpo_corr_advantages(groups: RewardGroups, *, eps: float = DEFAULT_EPS) -> torch.Tensor:
+@decomposed
+def gdpo_corr_advantages(groups: RewardGroups, *, eps: float = DEFAULT_EPS) -> Decomposition:
     """GDPO with correlation: ``(A_i - mean A) / sqrt(S + eps)``, ``A_i = sum_k w_k z_ik``.
 
-    Shapes: ``groups`` of N responses, K components -> ``[N]`` float64.
+    Parts ``a_ik = (w_k z_ik - mean w_k z_k) / sqrt(S + eps)``, group weight
+    ``1 / ((std_q r_k + eps) sqrt(S + eps))`` ``[G, K]``.
 
     ``S = max(0, sum_kl C_kl)`` with C the batch correlation matrix ``[K, K]``
     of the weighted z columns ``w_k z_k`` (constant columns: zero rows and
@@ -524,34 +616,39 @@ def gdpo_corr_advantages(groups: RewardGroups, *, eps: float = DEFAULT_EPS) -> t
     eps = _check_eps(eps)
     zw = _weighted_z(groups, eps)  # [N, K]
     rows = zw[groups.valid]
-    advantage = zw.sum(dim=1)
     if rows.shape[0] < 2:
-        return torch.zeros_like(advantage)
-    centred = rows - rows.mean(dim=0)
+        return Decomposition(torch.zeros_like(zw), None)
+    mean = rows.mean(dim=0)
+    centred = rows - mean
     cov = centred.T @ centred / (rows.shape[0] - 1)  # [K, K]
     scale = rows.abs().amax(dim=0).clamp(min=1.0).square()
     s = _correlation_sum(cov, torch.diagonal(cov) > ACTIVITY_RTOL * scale)
-    return (advantage - advantage[groups.valid].mean()) / (s + eps).sqrt()
+    denominator = (s + eps).sqrt()
+    return Decomposition((zw - mean) / denominator, _component_weight(groups, eps) / denominator)
 
 
 @register_estimator("rloo")
-def rloo_advantages(groups: RewardGroups) -> torch.Tensor:
-    """RLOO: ``A_i = t_i - mean_{j != i} t_j``, the leave-one-out baseline. ``[N]`` float64.
+@decomposed
+def rloo_advantages(groups: RewardGroups) -> Decomposition:
+    """RLOO: ``A_i = t_i - mean_{j != i} t_j``, the leave-one-out baseline.
 
-    With ``n_q`` members this is ``n_q / (n_q - 1) * (t_i - mean_q t)``; a group of one
-    member has advantage 0.
+    With ``n_q`` members this is ``n_q / (n_q - 1) * (t_i - mean_q t)``: parts
+    ``a_ik = n_q / (n_q - 1) * c_ik``, group weight ``n_q / (n_q - 1)`` ``[G]``; a group
+    of one member has advantage 0.
     """
-    n = groups.per_response(groups.counts)
-    return torch.where(n > 1, n / (n - 1.0).clamp(min=1.0), 0.0) * groups.numerator
+    n = groups.counts
+    return _scaled(groups, torch.where(n > 1, n / (n - 1.0).clamp(min=1.0), 0.0))
 
 
 @register_estimator("reinforce_pp")
+@decomposed
 def reinforce_pp_advantages(
     groups: RewardGroups, *, baseline: str = "group", eps: float = DEFAULT_EPS
-) -> torch.Tensor:
+) -> Decomposition:
     """REINFORCE++: the return (minus an optional group-mean baseline), whitened over the batch.
 
-    Shapes: ``groups`` of N responses -> ``[N]`` float64.
+    Parts ``a_ik = (x_ik - mean x_k) / (std x + eps)`` with ``x_ik = c_ik`` (group
+    baseline) or ``w_k r_ik`` (none), group weight ``1 / (std x + eps)`` ``[G]``.
 
     Options:
         baseline: ``group`` subtracts the group mean of ``t`` first (REINFORCE++-baseline);
@@ -562,12 +659,13 @@ def reinforce_pp_advantages(
     """
     eps = _check_eps(eps)
     if baseline == "group":
-        x = groups.numerator
+        x = groups.weighted
     elif baseline == "none":
-        x = torch.where(groups.present, groups.rewards, 0.0) @ groups.weights
+        x = torch.where(groups.present, groups.rewards, 0.0) * groups.weights
     else:
         raise ValueError(f"reinforce_pp option baseline must be 'group' or 'none', got {baseline!r}")
-    return _masked_standardise(x, groups.valid, eps)
+    parts, scale = _standardised(x, groups.valid, eps)
+    return Decomposition(parts, torch.full_like(groups.counts, 1.0) * scale)
 
 
 # --------------------------------------------------------------------------- #

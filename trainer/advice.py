@@ -19,7 +19,14 @@ grad_drift        the gradient norm's median over the last fifth of the steps is
                   <= 0.5x) that over the first fifth (>= 10 steps with a gradient); the advice
                   follows the direction (``numbers["grad_norm"]["direction"]``: rising, falling)
 update_norms      (several runs) the mean ``||delta theta||`` differs by >= 1.5x between runs
+no_diagnostics    a TRL or verl run logged none of our diagnostics (only the conditions its own
+                  metrics allow were judged)
 ================  ===========================================================================
+
+A run is one of ours (its folder), a TRL run (its output folder or ``trainer_state.json``) or a
+verl run (its file logger's ``.jsonl``): ``trainer.integrations.run_logs`` reads the last two
+into the same records, from the ``corrgrpo/`` metrics that ``CorrGRPOTrainer`` and our verl
+estimators log.
 """
 
 from __future__ import annotations
@@ -32,12 +39,26 @@ from typing import Any
 
 import numpy as np
 
-from trainer.run_logger import read_metrics
+from trainer.integrations.run_logs import read_run
 
-__all__ = ["Finding", "Thresholds", "advise", "summarise"]
+__all__ = ["Finding", "Thresholds", "advise", "summarise", "where_to_read"]
 
 STUDY = "docs/study.md"
 LEARNING = "docs/learning.md"
+#: a doc file -> its page in the documentation site's navigation (mkdocs.yml), for an installed
+#: package, which carries no docs/ folder
+SITE_PAGES = {STUDY: "Results > Estimator studies", LEARNING: "Results > Learning runs",
+              "docs/trl.md": "How-to guides > In depth > TRL", "docs/verl.md": "How-to guides > In depth > verl"}
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def where_to_read(link: str) -> str:
+    """``link`` (``docs/page.md#section``) as a reader can follow it here: the file in a
+    checkout, else the site's page and the section's anchor (the page's heading, slugged)."""
+    page, _, section = link.partition("#")
+    if (_ROOT / page).exists():
+        return link
+    return f"the documentation's page {SITE_PAGES.get(page, page)!r}, section #{section} ({link} in the source)"
 
 #: condition -> (what to try, the doc section with the evidence)
 ADVICE: dict[str, tuple[str, str]] = {
@@ -93,6 +114,17 @@ ADVICE: dict[str, tuple[str, str]] = {
         "with reward variance (see zero_variance_fraction and the reward curves) rather than convergence; "
         "compare update norms between runs before crediting the estimator",
         f"{LEARNING}#grpo-against-corrgrpo-on-code-from-one-sft-start",
+    ),
+    "no_diagnostics": (
+        "train with trainer.integrations.trl.CorrGRPOTrainer (estimator=None keeps TRL's own advantages) so "
+        "that the correlation diagnostics are logged; only the zero-variance groups (TRL's "
+        "frac_reward_zero_std) and the gradient norm could be judged",
+        "docs/trl.md#our-estimators-in-trl",
+    ),
+    "no_diagnostics_verl": (
+        "register our estimators in verl (trainer.integrations.verl) so that the correlation diagnostics are "
+        "logged under corrgrpo/; only the gradient norm could be judged",
+        "docs/trl.md#corrgrpo-advise-on-trl-and-verl-runs",
     ),
     "update_norms": (
         "the runs moved their parameters by different amounts per step; under AdamW a uniform scale of the "
@@ -254,9 +286,17 @@ def advise(run_dirs: Sequence[str | Path], thresholds: Thresholds | None = None)
     findings: list[Finding] = []
     norms: dict[str, float] = {}
     for run_dir in run_dirs:
-        records = read_metrics(run_dir)
-        summary = summarise(records)
+        log = read_run(run_dir)
+        summary = summarise(log.records)
         findings += _run_findings(str(run_dir), summary, t)
+        if not log.has_diagnostics:
+            findings.append(Finding(
+                "no_diagnostics", str(run_dir),
+                f"this {'TRL' if log.kind == 'trl' else 'verl'} run logged none of corrgrpo's diagnostics "
+                f"({len(log.records)} steps read from {log.path})",
+                {"kind": log.kind, "steps": len(log.records), "log": str(log.path)},
+                advice_key="no_diagnostics_verl" if log.kind == "verl" else None,
+            ))
         if summary.get("update_norm") is not None:
             norms[str(run_dir)] = summary["update_norm"]
     if len(norms) > 1:

@@ -28,7 +28,7 @@ import yaml
 from corrgrpo_envs.yaml_files import DuplicateKeyError
 from corrgrpo_envs.yaml_files import load_yaml as load_strict_yaml
 from trainer.lora import LoraConfig
-from trainer.losses import AGG_MODES
+from trainer.loss_aggregation import AGG_MODES
 from trainer.settings import ConfigError, Range, build, check_moved, num_field, validate
 
 __all__ = [
@@ -62,6 +62,9 @@ __all__ = [
 
 #: How per-token loss terms become one number (verl's ``loss_agg_mode``): the loss module's list.
 LOSS_AGG_MODES = AGG_MODES
+#: Accelerate's trackers (``accelerate.tracking.LOGGER_TYPE_TO_CLASS``), named here so that a
+#: config is checked before Accelerate (and torch) are imported; ``none`` turns them off.
+TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio", "comet_ml", "aim", "clearml", "dvclive", "swanlab", "none")
 
 _ANY = Range()
 _POSITIVE_INT = Range(low=1)
@@ -205,6 +208,12 @@ class RolloutConfig:
     """How the ``hf`` backend decodes: ``auto`` (a loop with a preallocated KV cache for
     Qwen2/Llama/Mistral models, same draws as ``generate`` and faster; ``generate`` for
     others), ``static`` (that loop; an error for other models) or ``generate``."""
+    hf_share_prompts: bool = True
+    """The ``hf`` backend prefills each distinct prompt of a generation call once (a group's G
+    rollouts share one) and copies its key/value cache to the rows that repeat it: the same
+    draws and, within float rounding, the same logprobs as one prefill per row, at a fraction
+    of the prefill's cost (prompts of 64 tokens or more; BENCHMARKS.md). ``false``: one
+    prefill per row."""
     torch_threads: int | None = num_field(None, _POSITIVE_INT)
     """Torch threads per process (default: this process's share of the cores minus its
     reward worker processes, at least 1; see ``trainer.threads``)."""
@@ -275,10 +284,32 @@ class RunConfig:
     """Checkpoint folder to resume from, or ``auto`` for the latest one in the run folder."""
     progress: bool = True
     """Show a progress bar."""
+    report_to: list[Literal[TRACKERS]] | Literal[TRACKERS] = field(default_factory=lambda: ["tensorboard"])
+    """Experiment trackers, through Accelerate's tracker API: any of ``tensorboard`` (event
+    files in the run folder's ``tensorboard/``), ``wandb``, ``mlflow``, ``trackio``,
+    ``comet_ml``, ``aim``, ``clearml``, ``dvclive``, ``swanlab``, or ``none``;
+    ``metrics.jsonl`` is written in every case. Each tracker reads its own settings from its
+    environment variables (e.g. ``WANDB_MODE=offline``, ``MLFLOW_TRACKING_URI=file:./mlruns``,
+    ``TRACKIO_DIR``)."""
+    project: str = "corrgrpo"
+    """The trackers' project (wandb and trackio project, MLflow experiment); the run is named
+    after the run folder."""
     tensorboard: bool = True
-    """Also write TensorBoard event files."""
+    """``false`` drops ``tensorboard`` from ``report_to`` (the older switch)."""
     cpu: bool = False
     """Force the CPU even when a GPU is available."""
+
+    def check_rules(self) -> None:
+        """``none`` stands alone in ``report_to``."""
+        chosen = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)
+        if "none" in chosen and len(chosen) > 1:
+            raise ConfigError(f"train.report_to: 'none' cannot be combined with other trackers, got {chosen}", "train.report_to")
+
+    def trackers(self) -> list[str]:
+        """The trackers to start: ``report_to`` without ``none``, repeats, or (with
+        ``tensorboard: false``) TensorBoard."""
+        chosen = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)
+        return [t for t in dict.fromkeys(chosen) if t != "none" and (self.tensorboard or t != "tensorboard")]
 
 
 @dataclass

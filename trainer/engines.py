@@ -109,7 +109,8 @@ class HFEngine(RolloutEngine):
             import copy
 
             self._copy = model = copy.deepcopy(model).eval().requires_grad_(False)
-        self._policy = HFPolicy(model, tokenizer, decoder=cfg.rollout.hf_decoder)
+        self._policy = HFPolicy(model, tokenizer, decoder=cfg.rollout.hf_decoder,
+                                share_prompts=cfg.rollout.hf_share_prompts)
 
     @property
     def policy(self) -> Any:

@@ -47,6 +47,7 @@ from typing import Any
 import torch
 
 from corrgrpo_registry import Registry
+from trainer.loss_aggregation import AGG_MODES
 from trainer.loss_metrics import Max, Mean
 from trainer.settings import ConfigError, Range, num_field, validate
 
@@ -70,8 +71,6 @@ __all__ = [
 # exp() of a log-ratio beyond this is a numerical accident, not a policy change; clamping keeps
 # the ratio finite (the clamped region gets no gradient, as it would under clipping anyway).
 _MAX_LOG_RATIO = 20.0
-
-AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
 class LossConfigError(ValueError):

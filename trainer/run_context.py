@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 
 from trainer.config import ModelConfig, OptimizerConfig, RunConfig
+from trainer.run_logger import METRICS, TENSORBOARD
 
 __all__ = ["RunContext", "lr_factor", "lr_schedule", "seed_everything"]
 
@@ -90,10 +92,16 @@ class RunContext:
 
         self.model_cfg, self.optim_cfg, self.run_cfg = model, optim, run
         self.config = config
-        self.accelerator = accelerator or build_accelerator(cpu=run.cpu or not torch.cuda.is_available())
+        self.output_dir = Path(output_dir)
+        self.trackers = _available_trackers(run.trackers())
+        # Accelerate's trackers are named when the Accelerator is made; TensorBoard writes
+        # under the run folder's tensorboard/ (moved aside with the metrics on a fresh start)
+        self.accelerator = accelerator or build_accelerator(
+            cpu=run.cpu or not torch.cuda.is_available(),
+            log_with=self.trackers or None, project_dir=str(self.output_dir / TENSORBOARD),
+        )
         self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
         self.is_main = self.accelerator.is_main_process
-        self.output_dir = Path(output_dir)
         self.model: Any = None  # after prepare(): the wrapped model, optimizer and scheduler
         self.unwrapped: Any = None
         self.optimizer: Any = None
@@ -152,13 +160,33 @@ class RunContext:
         run = self.run_cfg
         if self.is_main:  # before anything in the folder is read or moved
             self._lock = lock_run_folder(self.output_dir)
-        self.logger = RunLogger(self.output_dir, tensorboard=run.tensorboard, enabled=self.is_main)
+        send = None
+        if self.trackers and self.accelerator.log_with:
+            send = self._start_trackers()
+        self.logger = RunLogger(self.output_dir, enabled=self.is_main, send=send)
         path, step = self._resume(run.resume) if run.resume else (None, 0)
         if self.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             with open(self.output_dir / "config.json", "w", encoding="utf-8") as f:
                 json.dump(self.config, f, indent=2)
         return path, step
+
+    def _start_trackers(self) -> Callable[[dict[str, float], int], None]:
+        """Start Accelerate's trackers with the config as their hyper-parameters; return the
+        function that sends a step's scalars to them."""
+        run = self.run_cfg
+        name = self.output_dir.name
+        self.accelerator.init_trackers(
+            run.project,
+            config=_flat_hparams(self.config),
+            init_kwargs={"wandb": {"name": name, "dir": str(self.output_dir)},
+                         "mlflow": {"run_name": name}, "trackio": {"name": name}},
+        )
+
+        def send(values: dict[str, float], step: int) -> None:
+            self.accelerator.log(values, step=step)
+
+        return send
 
     def _resume(self, where: str) -> tuple[Path | None, int]:
         from trainer.checkpoint import latest_checkpoint, load_checkpoint
@@ -236,7 +264,41 @@ class RunContext:
         """Close the logger, wait for every process and release the run folder."""
         if self.logger is not None:
             self.logger.close()
+        if self.trackers and self.accelerator.trackers:
+            self.accelerator.end_training()  # flushes and closes every tracker (main process)
         self.accelerator.wait_for_everyone()
         if self._lock is not None:
             self._lock.close()
             self._lock = None
+
+
+def _available_trackers(chosen: list[str]) -> list[str]:
+    """``chosen`` without the trackers whose package does not import here (a warning names them)."""
+    if not chosen:
+        return []
+    from accelerate.tracking import get_available_trackers
+
+    available = {str(t) for t in get_available_trackers()}
+    missing = [t for t in chosen if t not in available]
+    if missing:
+        warnings.warn(
+            f"train.report_to: {', '.join(missing)} not installed here, so not logged to "
+            f"(pip install {' '.join(missing)}, or drop it from train.report_to); "
+            f"{METRICS} is written as always",
+            stacklevel=3,
+        )
+    return [t for t in chosen if t in available]
+
+
+def _flat_hparams(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The config as flat ``section/key`` hyper-parameters of plain types (what every tracker takes)."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flat_hparams(value, f"{name}/"))
+        elif isinstance(value, (bool, int, float, str)):
+            flat[name] = value
+        else:
+            flat[name] = str(value)  # None, lists and the rest: their text (TensorBoard takes no None)
+    return flat

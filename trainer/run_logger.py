@@ -1,4 +1,8 @@
-"""Where a run's numbers go: ``metrics.jsonl``, TensorBoard and ``samples.jsonl``.
+"""Where a run's numbers go: ``metrics.jsonl``, ``samples.jsonl`` and the experiment trackers.
+
+The trackers (TensorBoard, Weights & Biases, MLflow, Trackio, ...: ``train.report_to``) are
+Accelerate's; :class:`RunLogger` hands each record's finite scalars to a ``send`` function
+(``Accelerator.log``) after writing it to ``metrics.jsonl``, which is always written.
 
 ``metrics.jsonl`` holds one JSON object per step, steps increasing. A run killed
 while appending may leave a torn last line: readers drop it with a warning, and
@@ -18,11 +22,11 @@ import logging
 import math
 import os
 import time
-import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunLogger", "read_metrics"]
+__all__ = ["RunLogger", "read_metrics", "scalars"]
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +81,29 @@ def _write_records(path: Path, records: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
-class RunLogger:
-    """Appends one JSON object per step to ``metrics.jsonl``; scalars also go to TensorBoard."""
+def scalars(record: dict[str, Any]) -> dict[str, float]:
+    """The finite numbers of a record, but its step (what a tracker plots)."""
+    return {
+        key: float(value) for key, value in record.items()
+        if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    }
 
-    def __init__(self, output_dir: str | Path, tensorboard: bool = True, enabled: bool = True):
+
+class RunLogger:
+    """Appends one JSON object per step to ``metrics.jsonl``; its scalars also go to ``send``.
+
+    Args:
+        output_dir: the run folder.
+        enabled: whether this process writes (the main process).
+        send: ``send(scalars, step)`` after each record, e.g. ``Accelerator.log``; ``None``: none.
+    """
+
+    def __init__(self, output_dir: str | Path, enabled: bool = True,
+                 send: Callable[[dict[str, float], int], None] | None = None):
         self.dir = Path(output_dir)
         self.enabled = enabled
-        self._tensorboard = tensorboard
-        self._tb: Any = None
+        self._send = send
         self._started = False  # whether this run has decided how it continues the folder
         if enabled:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -148,21 +167,6 @@ class RunLogger:
             _write_records(path, records)
 
     # ------------------------------------------------------------- writing
-    def _writer(self) -> Any:
-        if self._tb is None and self._tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(log_dir=str(self.dir / TENSORBOARD))
-            except ImportError as exc:  # tensorboard is optional at run time, but say so once
-                self._tensorboard = False
-                warnings.warn(
-                    f"train.tensorboard is on but TensorBoard does not import here ({exc}); "
-                    f"writing {METRICS} only (pip install tensorboard, or set train.tensorboard=false)",
-                    stacklevel=2,
-                )
-        return self._tb
-
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
@@ -170,13 +174,8 @@ class RunLogger:
         self._begin(step)
         with open(self.dir / METRICS, "a", encoding="utf-8") as f:
             f.write(json.dumps(_jsonable(record)) + "\n")
-        tb = self._writer()
-        if tb is not None:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
-                    if math.isfinite(float(value)):
-                        tb.add_scalar(key, float(value), step)
-            tb.flush()
+        if self._send is not None:
+            self._send(scalars(record), step)
 
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
         if not self.enabled or not samples:
@@ -187,9 +186,7 @@ class RunLogger:
                 f.write(json.dumps(_jsonable({"step": step, **s}), ensure_ascii=False) + "\n")
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        """Nothing to release: each record is appended and closed as it is written."""
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -5,8 +5,14 @@ with one other busy process, a 2-thread ``compute_advantages`` call on 8192 x 7
 rewards takes tens of times longer than a 1-thread call (``bench/threads.py``).
 So a trainer process takes the cores it can count on, not all of them:
 
-    threads = cores available to this process // trainer processes on this node
-              - reward worker processes,   at least 1
+    threads = min(cores available to this process // trainer processes on this node
+                  - reward worker processes,
+                  cores available - processes running other work right now),   at least 1
+
+"Running other work right now" is the kernel's count of runnable tasks (``procs_running``
+in ``/proc/stat``, the median of a few samples over 0.1 s) less this process's own: a
+compile, another training run or a test suite on the same machine takes its cores first.
+The count is taken once, when the trainer starts; load that comes later is not seen.
 
 Reward workers in threads of the same process compute while torch does not (a step
 generates, then scores), so only process workers count. They are idle during most of
@@ -22,10 +28,13 @@ in a worker otherwise starts one thread per core.
 from __future__ import annotations
 
 import os
+import statistics
+import time
 
 __all__ = [
     "available_cores",
     "auto_torch_threads",
+    "running_elsewhere",
     "choose_threads",
     "configure_threads",
     "threads_from_environment",
@@ -48,27 +57,50 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def running_elsewhere(samples: int = 5, interval_s: float = 0.02) -> int:
+    """Tasks running or waiting for a core besides the caller: the median over ``samples``
+    readings of the kernel's ``procs_running`` (``/proc/stat``), less one for the reading
+    thread itself; 0 where there is no ``/proc/stat``."""
+    readings = []
+    for i in range(samples):
+        try:
+            with open("/proc/stat", "rb") as f:
+                line = next((ln for ln in f if ln.startswith(b"procs_running ")), b"")
+        except OSError:
+            return 0
+        if not line:
+            return 0
+        readings.append(int(line.split()[1]))
+        if i + 1 < samples:
+            time.sleep(interval_s)
+    return max(0, int(statistics.median(readings)) - 1)
+
+
 def auto_torch_threads(
     reward_workers: int = 0,
     reward_executor: str = "thread",
     *,
     cores: int | None = None,
     local_processes: int | None = None,
+    running: int | None = None,
 ) -> int:
-    """Torch threads for one trainer process: its share of the cores minus busy worker processes.
+    """Torch threads for one trainer process: its share of the cores minus busy worker processes,
+    and no more than the cores that other running work leaves free.
 
     Args:
         reward_workers: reward workers of this process.
         reward_executor: ``"thread"`` (they do not compete with torch) or ``"process"``.
         cores: cores to share (default: this process's affinity).
         local_processes: trainer processes on this node (default: ``LOCAL_WORLD_SIZE`` or 1).
+        running: tasks running besides this one (default: :func:`running_elsewhere`).
     """
     cores = available_cores() if cores is None else cores
     if local_processes is None:
         local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     share = cores // max(1, local_processes)
     busy = reward_workers if reward_executor == "process" else 0
-    return max(1, share - busy)
+    running = running_elsewhere() if running is None else running
+    return max(1, min(share - busy, cores - running))
 
 
 def threads_from_environment() -> int | None:

@@ -78,13 +78,15 @@ def run_training(
     build: Callable[[Any], Any],
     banner: Callable[[Any, Any], str],
     summary: Callable[[Any, Any], None],
-    errors: dict[type[Exception], int] | None = None,
+    errors: dict[type[Exception], int] | Callable[[], dict[type[Exception], int]] | None = None,
 ) -> int:
     """What a training command does: read the config (one ``error:`` line when it is bad), build
     the trainer, print ``banner(cfg, trainer)``, train, print ``summary(console, run_dir)``.
 
     ``errors``: exceptions that end the run with one ``error:`` line and the given exit status
-    (e.g. bad data, a rollout server that stays down: the last checkpoint is intact).
+    (e.g. bad data, a rollout server that stays down: the last checkpoint is intact), or a
+    function that returns them: it is called once the config is read, so that a bad config is
+    reported before the modules defining them (torch, transformers) are imported.
     """
     from rich.console import Console
     from rich.markup import escape
@@ -95,7 +97,7 @@ def run_training(
         return 2
     from trainer.run_lock import RunFolderInUse
 
-    errors = {RunFolderInUse: 1, **(errors or {})}
+    errors = {RunFolderInUse: 1, **((errors() if callable(errors) else errors) or {})}
     known = tuple(errors)
     try:
         trainer = build(cfg)

@@ -1,4 +1,8 @@
-"""``corrgrpo advise RUN_DIR [RUN_DIR ...]``: known conditions in the runs' diagnostics, with advice."""
+"""``corrgrpo advise RUN [RUN ...]``: known conditions in the runs' diagnostics, with advice.
+
+A run is a corrgrpo run folder, a TRL output folder (or its ``trainer_state.json``) or a verl
+file-logger ``.jsonl``.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from trainer.advice import Thresholds
 
     t = Thresholds()
-    parser.add_argument("runs", nargs="+", help="run folders (each with a metrics.jsonl)")
+    parser.add_argument("runs", nargs="+", help="runs: corrgrpo run folders (metrics.jsonl), TRL output folders "
+                        "or trainer_state.json files, verl file-logger .jsonl files")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     parser.add_argument("--dominant-share", type=float, default=t.dominant_share,
                         help="a component's share of GRPO's covariance sum that counts as dominant")
@@ -21,13 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.advice import Thresholds, advise
+    from trainer.advice import Thresholds, advise, where_to_read
 
     thresholds = Thresholds(dominant_share=args.dominant_share, duplicate_correlation=args.duplicate_correlation,
                             update_norm_ratio=args.update_norm_ratio)
     try:
         findings = advise(args.runs, thresholds)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}")
         return 2
     if args.json:
@@ -43,5 +48,5 @@ def run(args: argparse.Namespace) -> int:
     for (_, advice, link), lines in blocks.items():
         print("\n".join(lines))
         print(f"    try: {advice}")
-        print(f"    evidence: {link}")
+        print(f"    evidence: {where_to_read(link)}")
     return 0

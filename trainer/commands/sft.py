@@ -10,22 +10,29 @@ from trainer.commands import add_config_arguments, run_training
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trainer.sft import SFTConfig
+    from trainer.sft_config import SFTConfig
 
     add_config_arguments(parser, "optim.lr=1e-4 train.steps=200 model.lora.r=16", defaults=SFTConfig())
 
 
 def run(args: argparse.Namespace) -> int:
-    from corrgrpo_envs.integrations.openenv_client import RemoteEnvError
-    from trainer.sft import SFTTrainer, load_sft_config
-    from trainer.sft_data import SFTDataError
+    from trainer.sft_config import load_sft_config
 
-    # the env's references are read (and its envs closed) before training starts;
-    # a server that fails or refuses them ends the command with one error line: exit 1
-    return run_training(
-        args, load_sft_config, SFTTrainer, _banner, _summary,
-        {SFTDataError: 2, FileNotFoundError: 2, RemoteEnvError: 1},
-    )
+    def build(cfg):
+        from trainer.sft import SFTTrainer
+
+        return SFTTrainer(cfg)
+
+    def errors() -> dict[type[Exception], int]:
+        # the env's references are read (and its envs closed) before training starts;
+        # a server that fails or refuses them ends the command with one error line: exit 1
+        from corrgrpo_envs.integrations.openenv_client import RemoteEnvError
+        from trainer.sft_data import SFTDataError
+
+        return {SFTDataError: 2, FileNotFoundError: 2, RemoteEnvError: 1}
+
+    # the config is read and checked before torch and transformers are imported
+    return run_training(args, load_sft_config, build, _banner, _summary, errors)
 
 
 def _banner(cfg, trainer) -> str:

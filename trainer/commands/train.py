@@ -17,22 +17,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from corrgrpo_envs.integrations.openenv_client import RemoteEnvError
     from trainer.config import load_config
-    from trainer.server_engine import RolloutServerError
-    from trainer.trainer import Trainer
 
-    built: list[Trainer] = []
+    built: list = []
 
-    def build(cfg) -> Trainer:
+    def build(cfg):
+        from trainer.trainer import Trainer
+
         built.append(Trainer(cfg))
         return built[-1]
 
-    # a server that stays down stops the run cleanly (its last checkpoint is intact): exit 1
+    def errors() -> dict[type[Exception], int]:
+        # a server that stays down stops the run cleanly (its last checkpoint is intact): exit 1
+        from corrgrpo_envs.integrations.openenv_client import RemoteEnvError
+        from trainer.server_engine import RolloutServerError
+
+        return {RolloutServerError: 1, RemoteEnvError: 1}
+
+    # the config is read and checked before torch and transformers are imported: a typo costs a line
     try:
-        return run_training(
-            args, load_config, build, _banner, _summary, {RolloutServerError: 1, RemoteEnvError: 1}
-        )
+        return run_training(args, load_config, build, _banner, _summary, errors)
     finally:
         for trainer in built:  # train() closes its envs when it ends; an error ends it early
             with suppress(Exception):

@@ -1,0 +1,144 @@
+"""MkDocs hook: the reference pages written from the code at build time, so they cannot drift.
+
+* ``reference/cli.md``: every ``corrgrpo`` command's ``--help``, from the same argparse parsers
+  the command builds (:data:`trainer.cli.COMMANDS`), sub-commands included;
+* ``reference/config.md``: every setting of ``corrgrpo train`` and ``corrgrpo sft`` (and every
+  loss option), from the settings' own dataclasses, types, ranges and attribute docstrings
+  (:func:`trainer.settings.describe`, what ``--help`` prints).
+
+The text is made by :func:`cli_markdown` and :func:`config_markdown`, which the tests call too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: generated page -> the function that writes it
+PAGES = {"reference/cli.md": "cli_markdown", "reference/config.md": "config_markdown"}
+
+# help text is wrapped at this width whatever terminal builds the site
+HELP_COLUMNS = "100"
+
+
+def on_files(files: Files, config: Any) -> Files:
+    if str(ROOT) not in sys.path:  # the packages documented, as in a checkout
+        sys.path.insert(0, str(ROOT))
+    for uri, writer in PAGES.items():
+        files.append(File.generated(config, uri, content=globals()[writer]()))
+    return files
+
+
+# ----------------------------------------------------------------------------- the CLI
+def _command_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
+    """``(command line, parser)`` of every command and sub-command, in the CLI's order."""
+    from trainer.cli import COMMANDS
+
+    out: list[tuple[str, argparse.ArgumentParser]] = []
+    for name, (module_path, help_text) in COMMANDS.items():
+        parser = argparse.ArgumentParser(prog=f"corrgrpo {name}", description=help_text)
+        importlib.import_module(module_path).add_arguments(parser)
+        out.append((f"corrgrpo {name}", parser))
+        out.extend(_sub_parsers(parser))
+    return out
+
+
+def _sub_parsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:
+    out = []
+    for action in parser._actions:  # argparse keeps sub-commands only here
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases map to one parser
+                out.append((sub.prog, sub))
+                out.extend(_sub_parsers(sub))
+    return out
+
+
+def cli_markdown() -> str:
+    """The CLI reference page: each command's ``--help`` without the settings list (that is
+    the configuration reference)."""
+    previous = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = HELP_COLUMNS
+    try:
+        parsers = _command_parsers()
+        lines = [
+            "# Command line",
+            "",
+            "Every `corrgrpo` command, as `--help` prints it. `train` and `sft` take a config file "
+            "and `section.key=value` overrides; their settings are listed in the "
+            "[configuration reference](config.md).",
+            "",
+        ]
+        for command, parser in parsers:
+            parser.epilog = None  # train and sft: the settings, on the configuration page
+            lines += [f"## `{command}`", "", "```text", parser.format_help().rstrip(), "```", ""]
+        return "\n".join(lines)
+    finally:
+        if previous is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = previous
+
+
+# -------------------------------------------------------------------- configuration
+def _markdown_text(description: str) -> str:
+    """A docstring's reST-style ``code`` and roles as Markdown."""
+    text = re.sub(r":(?:class|func|meth|mod|data|attr):`~?([^`]+)`", r"`\1`", description)
+    return text.replace("``", "`")
+
+
+def _entries(settings: list[Any], sections: bool = True) -> list[str]:
+    """A definition list of ``settings``, under a heading per top-level section."""
+    lines: list[str] = []
+    section = None
+    for s in settings:
+        head = s.key.split(".")[0] if "." in s.key else ""
+        if sections and head != section:
+            section = head
+            lines += [f"### `{head}`" if head else "### top level", ""]
+        default = json.dumps(s.default, default=str)
+        kind = f"{s.type}; allowed: {s.allowed}" if s.allowed else s.type
+        lines += [f"`{s.key}`", f":   {_markdown_text(kind)}; default `{default}`"]
+        if s.description:
+            lines += ["", f"    {_markdown_text(s.description)}"]
+        lines.append("")
+    return lines
+
+
+def config_markdown() -> str:
+    """The configuration reference page, from the settings' dataclasses."""
+    from trainer.config import Config
+    from trainer.losses import LossConfig
+    from trainer.settings import describe
+    from trainer.sft import SFTConfig
+
+    lines = [
+        "# Configuration",
+        "",
+        "Every setting of a run config, from the settings' own declarations (the same text as "
+        "`corrgrpo train --help` and `corrgrpo sft --help`). A config file is YAML with these "
+        "sections; each key may also be given on the command line as `section.key=value` "
+        "(the value is YAML: `train.report_to=[tensorboard,wandb]`). Every key is optional.",
+        "",
+        "## `corrgrpo train`",
+        "",
+        *_entries(describe(Config())),
+        "## Loss options (`algorithm.loss_options`)",
+        "",
+        "Each loss reads the options it needs; `algorithm.loss_options: {clip_high: 0.28}`.",
+        "",
+        *_entries(describe(LossConfig(), "algorithm.loss_options"), sections=False),
+        "## `corrgrpo sft`",
+        "",
+        *_entries(describe(SFTConfig())),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,383 @@
+"""corrgrpo's estimators, diagnostics, schedules and gates inside TRL's GRPOTrainer.
+
+The hooks' logic runs here on a stand-in for ``GRPOTrainer`` (the attributes and methods the
+hooks use). Training through TRL runs in the TRL venv (``bash scripts/trl_venv.sh``) in one
+subprocess: docs/trl.md's example (CorrGRPO with a weight schedule and a gate), ``mo_grpo``, a
+plug-in estimator by entry point and TRL's own aggregation, each two steps of a tiny random-init
+model on the toy domain; the subprocess records each batch's gathered reward matrix, the
+advantages TRL's batch carries and those its loss receives, and the checks run here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+from collections import defaultdict, deque
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from tests.trl_venv import ROOT, run_in_trl_venv
+from trainer.advantages import compute_advantages
+from trainer.integrations.trl import (
+    METRIC_PREFIX,
+    CorrGRPOMixin,
+    bounds_of,
+    diagnostic_metrics,
+    group_ids_of,
+)
+from trainer.reward_metrics import reward_metrics
+
+DOCS = ROOT / "docs" / "trl.md"
+README = ROOT / "README.md"
+NAMES = ["digits", "has_a", "word_with_a"]
+PLUGIN = "tests.test_trl_estimators:scaled_dr_grpo"
+
+
+def scaled_dr_grpo(groups, *, factor: float = 2.0) -> torch.Tensor:
+    """A plug-in estimator by entry point: ``factor`` times Dr. GRPO's centred weighted sum."""
+    return factor * groups.weighted.sum(dim=1)
+
+
+# --------------------------------------------------------------------------- #
+# Without TRL: the hooks on a stand-in for GRPOTrainer
+# --------------------------------------------------------------------------- #
+class _FakeGRPOTrainer:
+    """What the hooks read of TRL's GRPOTrainer; ``_calculate_rewards`` returns a fixed gathered matrix."""
+
+    def __init__(self, *, rewards, num_generations, rank=0, world=1, weights=None, **_):
+        self.gathered = torch.as_tensor(rewards, dtype=torch.float32)
+        self.reward_func_names = list(NAMES)
+        self.reward_weights = torch.tensor(weights or [1.0, 1.0, 1.0])
+        self.num_generations = self.num_generations_eval = num_generations
+        self.accelerator = SimpleNamespace(process_index=rank, num_processes=world)
+        self.model = SimpleNamespace(training=True)
+        self.state = SimpleNamespace(global_step=0)
+        self.multi_objective_aggregation, self.scale_rewards = "sum_then_normalize", "group"
+        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self._logs = {"advantages": deque(maxlen=64)}
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        return self.gathered.clone()
+
+    def _generate_and_score_completions(self, inputs):
+        self._calculate_rewards(inputs, None, None, None)
+        local = len(inputs)
+        self._logs["advantages"].extend([7.0] * len(self.gathered))  # TRL's own, to be replaced
+        return {"advantages": torch.full((local,), 7.0)}
+
+
+class _Hooked(CorrGRPOMixin, _FakeGRPOTrainer):
+    pass
+
+
+def _rewards(seed: int = 0, groups: int = 4, size: int = 4) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    digits = rng.integers(0, 10, groups * size).astype(float)
+    has_a = rng.integers(0, 2, groups * size).astype(float)
+    return np.stack([digits, has_a, has_a * rng.integers(0, 2, groups * size)], axis=1)
+
+
+def test_importing_the_integration_imports_no_trl():
+    code = ("import sys, trainer.integrations.trl, trainer.advice, trainer.cli;"
+            "assert 'trl' not in sys.modules and 'transformers' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_each_process_takes_its_slice_of_the_advantages_of_the_gathered_batch():
+    rewards = _rewards()
+    whole = compute_advantages(rewards, np.arange(16) // 4, "corrgrpo", [1.0, 1.0, 1.0]).advantages
+    assert whole.abs().max() > 0
+    for rank in (0, 1):
+        trainer = _Hooked(rewards=rewards, num_generations=4, rank=rank, world=2)
+        out = trainer._generate_and_score_completions([{}] * 8)
+        torch.testing.assert_close(out["advantages"], whole[rank * 8:(rank + 1) * 8], rtol=0, atol=0)
+        assert list(trainer._logs["advantages"]) == pytest.approx(whole.tolist())  # whole batch, as TRL logs
+    trainer = _Hooked(rewards=rewards, num_generations=4, rank=0, world=2)
+    with pytest.raises(ValueError, match="16 gathered rewards for 2 processes of 6 completions"):
+        trainer._generate_and_score_completions([{}] * 6)
+
+
+def test_the_logged_diagnostics_are_those_of_our_trainer():
+    rewards = _rewards(1)
+    trainer = _Hooked(rewards=rewards, num_generations=4, estimator="mo_grpo", weights=[0.5, 1.0, 1.0])
+    trainer._generate_and_score_completions([{}] * 16)
+    logged = {k[len(METRIC_PREFIX):]: v[0] for k, v in trainer._metrics["train"].items()}
+    result = compute_advantages(rewards, np.arange(16) // 4, "mo_grpo", [0.5, 1.0, 1.0])
+    ours = reward_metrics(rewards, np.array([0.5, 1.0, 1.0]), NAMES, result.stats.to_dict())
+    for key in ("c_q/median", "k_eff/mean", "cov_share/digits", "active_fraction/has_a", "zero_variance_fraction"):
+        assert logged[key] == pytest.approx(ours[key], nan_ok=True)
+    assert logged["reward_correlation/has_a/word_with_a"] == pytest.approx(ours["reward_correlation"][1][2])
+    shares = [logged[f"advantage_share/{n}"] for n in NAMES]
+    assert sum(shares) == pytest.approx(1.0) and logged["attribution/exact"] == 1.0
+    assert logged["reward_weight/digits"] == 0.5 and 0 < logged["time/overhead"] < 5
+
+
+def test_trls_own_aggregation_keeps_its_advantages_and_gets_the_diagnostics():
+    trainer = _Hooked(rewards=_rewards(2), num_generations=4, estimator=None)
+    out = trainer._generate_and_score_completions([{}] * 16)
+    assert out["advantages"].tolist() == [7.0] * 16 and list(trainer._logs["advantages"]) == [7.0] * 16
+    logged = trainer._metrics["train"]
+    assert "corrgrpo/c_q/median" in logged and "corrgrpo/advantage_share/digits" in logged  # as grpo, eps 1e-4
+    trainer.scale_rewards = "batch"  # no estimator of ours equals it: no advantage shares
+    trainer._metrics["train"].clear()
+    trainer._generate_and_score_completions([{}] * 16)
+    assert "corrgrpo/c_q/median" in logged and "corrgrpo/advantage_share/digits" not in logged
+
+
+def test_weight_schedule_and_gates_reach_trls_reward_matrix_and_weights():
+    rewards = np.array([[3, 1, 1], [2, 0, 1], [5, 1, 0], [1, 0, 1]], dtype=float)
+    trainer = _Hooked(rewards=rewards, num_generations=4, reward_weights={"has_a": {"values": [[0, 1.0], [10, 2.0]]}},
+                      reward_gates={"word_with_a": ["has_a"]}, reward_bounds=([0, 0, 0], [32, 1, 1]))
+    trainer.state.global_step = 5
+    gated = trainer._calculate_rewards(None, None, None, None)
+    assert gated[:, 2].tolist() == [1.0, 0.0, 0.0, 0.0]  # word_with_a counts only where has_a is met
+    assert trainer.reward_weights.tolist() == [1.0, 1.5, 1.0]  # TRL's aggregation reads these
+    metrics = trainer._metrics["train"]
+    assert metrics["corrgrpo/gate/word_with_a/open_fraction"] == [0.5]
+    assert metrics["corrgrpo/reward_raw/word_with_a/mean"] == [0.75]
+    constant = _Hooked(rewards=rewards, num_generations=4, reward_weights=[2, 1, 1])
+    assert constant.reward_weights.tolist() == [2.0, 1.0, 1.0]  # a constant list replaces GRPOConfig's
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"estimator": "nope"}, "unknown estimator 'nope'"),
+    ({"estimator": "corrgrpo", "estimator_options": {"scale": "group"}}, "unknown option"),
+    ({"estimator": None, "estimator_options": {"eps": 1.0}}, "estimator_options need an estimator"),
+    ({"reward_weights": [1, 1]}, "reward_weights has 2 entries for 3 rewards"),
+    ({"reward_weights": {"nope": 1}}, "reward_weights.nope: no reward component"),
+    ({"reward_gates": {"word_with_a": ["has_b"]}, "reward_bounds": ([0] * 3, [1] * 3)},
+     "reward_gates.word_with_a: 'has_b' is not a reward function"),
+    ({"reward_gates": {"word_with_a": ["has_a"]}}, "reward_gates need reward_bounds"),
+    ({"reward_gates": {"word_with_a": ["has_a"]}, "reward_bounds": ([0], [1])}, "reward_bounds have 1 entries"),
+    ({"reward_gates": {"word_with_a": "has_a"}, "reward_bounds": 3}, "reward_bounds: expected an env"),
+])
+def test_bad_arguments_fail_with_one_line_naming_them(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _Hooked(rewards=_rewards(), num_generations=4, **kwargs)
+
+
+def test_a_reward_function_returning_inf_stops_the_step_with_the_estimators_message():
+    rewards = _rewards()
+    rewards[3, 0] = np.inf  # a reward function may return anything
+    trainer = _Hooked(rewards=rewards, num_generations=4)
+    with pytest.raises(ValueError, match="inf"):
+        trainer._generate_and_score_completions([{}] * 16)
+
+
+def test_helpers():
+    assert group_ids_of(8, 4).tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    with pytest.raises(ValueError, match="10 completions do not split into groups of num_generations=4"):
+        group_ids_of(10, 4)
+    import corrgrpo_envs
+
+    env = corrgrpo_envs.make("corrgrpo/ScaleDominance-v0", num_tasks=4)
+    low, high = bounds_of(env)
+    assert low.tolist() == [0, 0, 0] and high.tolist() == [32, 1, 1]
+    assert bounds_of(env.unwrapped.reward_space)[1].tolist() == [32, 1, 1]
+    rewards = _rewards(3)
+    result = compute_advantages(rewards, np.arange(16) // 4, "grpo")
+    out = diagnostic_metrics(rewards, np.ones(3), NAMES, result, None)
+    assert all(isinstance(v, float) for v in out.values()) and not any(k.startswith("advantage_share") for k in out)
+
+
+# --------------------------------------------------------------------------- #
+# In the TRL venv: two steps of GRPOTrainer per configuration
+# --------------------------------------------------------------------------- #
+def _docs_example() -> str:
+    """docs/trl.md's CorrGRPOTrainer example, as written."""
+    blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return next(b for b in blocks if "CorrGRPOTrainer(" in b)
+
+
+def _readme_example() -> str:
+    """The README's "Use CorrGRPO in TRL" example."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return next(b for b in blocks if "CorrGRPOTrainer(" in b)
+
+
+def _trl_runs(workdir: str) -> dict:
+    """Runs in the TRL venv: each configuration's recorded batches and log history."""
+    import os
+
+    import trainer.integrations.trl as integration
+    from tests.test_trl_adapter import _tiny_model_and_tokenizer
+
+    torch.set_num_threads(1)
+    base = integration.CorrGRPOTrainer
+    batches: list[dict] = []
+
+    class Recording(base):
+        def _calculate_rewards(self, *args):
+            rewards = super()._calculate_rewards(*args)
+            batches.append({"rewards": rewards.tolist(), "applied": []})
+            return rewards
+
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            batches[-1].update(weights=self.reward_weights.tolist(), batch=out["advantages"].tolist())
+            return out
+
+        def _compute_loss(self, model, inputs):  # what the loss is given
+            batches[-1]["applied"] += inputs["advantages"].reshape(-1).tolist()
+            return super()._compute_loss(model, inputs)
+
+    integration.CorrGRPOTrainer = Recording  # the docs example imports it from the module
+    results = {}
+    os.chdir(workdir)
+    model, tokenizer = _tiny_model_and_tokenizer()
+    scope = {"model": model, "tokenizer": tokenizer}
+    exec(compile(_docs_example(), str(DOCS), "exec"), scope)
+    results["docs"] = {"batches": list(batches), "history": scope["trainer"].state.log_history}
+    readme = {"model": model, "tokenizer": tokenizer, "grpo_config": scope["trainer"].args}
+    exec(compile(_readme_example(), str(README), "exec"), readme)  # builds the trainer, no training
+    results["readme"] = {"estimator": readme["trainer"].corrgrpo_estimator,
+                         "class": type(readme["trainer"]).__mro__[1].__name__}
+    from trl import GRPOConfig
+
+    from corrgrpo_envs.integrations.trl import for_trl
+
+    setup = for_trl("corrgrpo/ScaleDominance-v0", split="all", num_tasks=8, reward_weights=[0.1, 1.0, 1.0])
+    for name, estimator, extra in [("mo_grpo", "mo_grpo", {}), ("plugin", PLUGIN, {}),
+                                   ("trl", None, {}), ("trl_nts", None, {"multi_objective_aggregation": "normalize_then_sum"})]:
+        batches.clear()
+        model, tokenizer = _tiny_model_and_tokenizer()
+        args = GRPOConfig(
+            output_dir=f"{workdir}/{name}", num_generations=4, per_device_train_batch_size=16,
+            max_completion_length=8, learning_rate=1e-3, beta=0.0, max_steps=2, use_cpu=True, seed=0,
+            report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
+            reward_weights=setup.reward_weights, **extra,
+        )
+        trainer = Recording(model=model, reward_funcs=setup.reward_funcs, args=args, train_dataset=setup.dataset,
+                            processing_class=tokenizer, estimator=estimator)
+        trainer.train()
+        results[name] = {"batches": list(batches), "history": trainer.state.log_history}
+    return results
+
+
+@pytest.fixture(scope="module")
+def trl_runs(tmp_path_factory) -> dict:
+    work = tmp_path_factory.mktemp("trl")
+    out = work / "result.json"
+    code = (
+        "import json; from pathlib import Path; from tests import test_trl_estimators as t;"
+        f"Path({str(out)!r}).write_text(json.dumps(t._trl_runs({str(work)!r})))"
+    )
+    run_in_trl_venv(code, timeout=600)
+    return json.loads(out.read_text())
+
+
+def _check_batches(batches: list[dict], estimator: str, options: dict | None = None) -> None:
+    assert len(batches) == 2
+    for b in batches:
+        rewards = np.array(b["rewards"])
+        ours = compute_advantages(rewards, np.arange(len(rewards)) // 4, estimator, b["weights"], **(options or {}))
+        np.testing.assert_allclose(b["batch"], ours.advantages.numpy(), rtol=0, atol=1e-6)
+        # TRL shuffles the batch before the loss: the loss gets the same advantages, permuted
+        np.testing.assert_allclose(sorted(b["applied"]), sorted(b["batch"]), rtol=0, atol=1e-6)
+    assert any(np.abs(b["batch"]).max() > 0.01 for b in batches)  # there was signal to compare
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(700)
+def test_docs_example_trains_with_corrgrpo_a_schedule_and_a_gate(trl_runs):
+    run = trl_runs["docs"]
+    _check_batches(run["batches"], "corrgrpo")
+    assert [b["weights"][1] for b in run["batches"]] == [1.0, 2.0]  # the schedule, at steps 0 and 1
+    for b in run["batches"]:
+        rewards = np.array(b["rewards"])
+        assert np.all(rewards[rewards[:, 1] < 1, 2] == 0)  # the gate: word_with_a needs has_a
+    logs = [h for h in run["history"] if "loss" in h]
+    assert len(logs) == 2
+    for log, b in zip(logs, run["batches"]):
+        rewards = np.array(b["rewards"])
+        result = compute_advantages(rewards, np.arange(len(rewards)) // 4, "corrgrpo", b["weights"])
+        ours = reward_metrics(rewards, np.array(b["weights"]), NAMES, result.stats.to_dict())
+        for key in ("c_q/median", "k_eff/mean", "cov_share/digits", "zero_variance_fraction",
+                    "active_fraction/has_a"):
+            if key in ours:
+                assert log[METRIC_PREFIX + key] == pytest.approx(ours[key], rel=1e-6), key
+        assert log["corrgrpo/reward_weight/has_a"] == b["weights"][1]
+        assert 0 <= log["corrgrpo/gate/word_with_a/open_fraction"] <= 1
+        assert sum(log[f"corrgrpo/advantage_share/{n}"] for n in NAMES) == pytest.approx(1.0)
+        assert log["corrgrpo/time/overhead"] > 0 and log["step_time"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(700)
+def test_mo_grpo_and_a_plugin_estimator_train_through_trl(trl_runs):
+    _check_batches(trl_runs["mo_grpo"]["batches"], "mo_grpo")
+    _check_batches(trl_runs["plugin"]["batches"], PLUGIN)
+    for b in trl_runs["plugin"]["batches"]:
+        rewards = np.array(b["rewards"])
+        dr = compute_advantages(rewards, np.arange(len(rewards)) // 4, "dr_grpo", b["weights"]).advantages
+        np.testing.assert_allclose(b["batch"], 2 * dr.numpy(), rtol=0, atol=1e-6)
+    for name in ("mo_grpo", "plugin"):
+        logs = [h for h in trl_runs[name]["history"] if "loss" in h]
+        assert len(logs) == 2 and all("corrgrpo/k_eff/mean" in h or "corrgrpo/c_q/median" in h for h in logs)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(700)
+def test_trls_aggregations_are_our_grpo_and_gdpo(trl_runs):
+    """estimator=None keeps TRL's advantages: sum_then_normalize is grpo, normalize_then_sum gdpo (eps 1e-4)."""
+    _check_batches(trl_runs["trl"]["batches"], "grpo", {"eps": 1e-4})
+    _check_batches(trl_runs["trl_nts"]["batches"], "gdpo", {"eps": 1e-4})
+    logs = [h for h in trl_runs["trl"]["history"] if "loss" in h]
+    assert all("corrgrpo/cov_share/digits" in h and "corrgrpo/advantage_share/digits" in h for h in logs)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(700)
+def test_two_processes_each_train_on_their_slice(tmp_path):
+    """accelerate launch with 2 CPU processes (gloo): each applies its slice of the gathered batch's advantages."""
+    with socket.socket() as probe:  # a free port for the processes' rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run_in_trl_venv(
+        "import subprocess, sys; from pathlib import Path;"
+        "launcher = str(Path(sys.executable).parent / 'accelerate');"
+        "subprocess.run([launcher, 'launch', '--multi_gpu', '--num_processes', '2', '--num_machines', '1',"
+        f" '--mixed_precision', 'no', '--dynamo_backend', 'no', '--main_process_port', '{port}',"
+        f" 'tests/trl_distributed_check.py', {str(tmp_path)!r}], check=True, timeout=540)",
+        timeout=600,
+    )
+    records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world"] for r in records] == [2, 2]
+    for step in range(2):
+        gathered = [np.array(r["batches"][step]["rewards"]) for r in records]
+        np.testing.assert_array_equal(gathered[0], gathered[1])  # every process holds the whole batch
+        ours = compute_advantages(gathered[0], np.arange(len(gathered[0])) // 4, "corrgrpo",
+                                  records[0]["batches"][step]["weights"]).advantages.numpy()
+        local = len(records[0]["batches"][step]["batch"])
+        for rank, record in enumerate(records):
+            np.testing.assert_allclose(record["batches"][step]["batch"], ours[rank * local:(rank + 1) * local],
+                                       rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(700)
+def test_the_readme_example_builds_the_trainer(trl_runs):
+    assert trl_runs["readme"] == {"estimator": "corrgrpo", "class": "CorrGRPOTrainer"}  # under the recorder
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(700)
+def test_advise_reads_the_trl_run_back(trl_runs, tmp_path):
+    from trainer.advice import summarise
+    from trainer.integrations.run_logs import read_run
+
+    history = trl_runs["docs"]["history"]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    log = read_run(tmp_path)
+    assert log.kind == "trl" and log.has_diagnostics and len(log.records) == 2
+    summary = summarise(log.records)
+    assert summary["names"] == NAMES
+    logged = [h["corrgrpo/k_eff/mean"] for h in history if "corrgrpo/k_eff/mean" in h]
+    assert summary["k_eff/mean"] == pytest.approx(float(np.mean(logged)))
+    assert summary["correlation"].shape == (3, 3)

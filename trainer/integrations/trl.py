@@ -1,0 +1,292 @@
+"""corrgrpo's estimators, diagnostics, weight schedules and gates inside TRL's ``GRPOTrainer``.
+
+TRL computes advantages inside ``GRPOTrainer._generate_and_score_completions``, right after
+``_calculate_rewards`` returns the ``[N, K]`` values of the K reward functions gathered from
+every process; there is no separate method for the aggregation. :class:`CorrGRPOTrainer` (a
+``GRPOTrainer`` subclass, built when first imported so that importing this module needs no
+TRL) hooks those two methods:
+
+- ``_calculate_rewards``: sets TRL's ``reward_weights`` from a weight schedule at the step
+  about to train, applies the reward gates to the gathered matrix (so TRL's own aggregation
+  sees gated rewards too), and keeps the matrix;
+- ``_generate_and_score_completions``: after TRL built its batch, computes
+  ``trainer.advantages.compute_advantages`` on the kept matrix (groups are TRL's contiguous
+  blocks of ``num_generations``), replaces this process's slice of the advantages, and logs
+  our diagnostics under ``corrgrpo/`` in TRL's metrics.
+
+Every process holds the same gathered matrix, so each computes the same advantages and takes
+its own slice, as TRL does. ``estimator=None`` keeps TRL's aggregation
+(``multi_objective_aggregation``, ``scale_rewards``) and only adds the diagnostics, the
+schedule and the gates. ::
+
+    from trl import GRPOConfig
+    from corrgrpo_envs.integrations.trl import for_trl
+    from trainer.integrations.trl import CorrGRPOTrainer
+
+    setup = for_trl("corrgrpo/ScaleDominance-v0", split="train")
+    trainer = CorrGRPOTrainer(
+        model=model, reward_funcs=setup.reward_funcs, train_dataset=setup.dataset,
+        args=GRPOConfig(output_dir="runs/trl", reward_weights=setup.reward_weights),
+        processing_class=tokenizer, estimator="corrgrpo",
+    )
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainer.advantages import AdvantageResult, compute_advantages, get_estimator
+from trainer.attribution import attribute, attribution_metrics
+from trainer.reward_gates import RewardGates, check_reward_gates
+from trainer.reward_metrics import reward_metrics
+from trainer.reward_weights import RewardWeights, resolve_reward_weights
+
+__all__ = [
+    "METRIC_PREFIX",
+    "TRL_EQUIVALENTS",
+    "CorrGRPOMixin",
+    "CorrGRPOTrainer",  # noqa: F822 (built on first access, by the module's __getattr__)
+    "diagnostic_metrics",
+    "bounds_of",
+    "group_ids_of",
+]
+
+#: Our metrics sit together in TRL's logs under this prefix (``corrgrpo/c_q/median``, ...).
+METRIC_PREFIX = "corrgrpo/"
+
+#: TRL's aggregations as our estimators (``(multi_objective_aggregation, scale_rewards)`` ->
+#: ``(estimator, options)``): the same advantages to float32 round-off (tests/test_trl_estimators.py).
+#: TRL's ``scale_rewards="batch"`` divides by the std of the uncentred sums, which none of ours does.
+TRL_EQUIVALENTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
+    ("sum_then_normalize", "group"): ("grpo", {"eps": 1e-4}),
+    ("sum_then_normalize", "none"): ("dr_grpo", {}),
+    ("normalize_then_sum", "group"): ("gdpo", {"eps": 1e-4}),
+    ("normalize_then_sum", "batch"): ("gdpo", {"eps": 1e-4}),
+    ("normalize_then_sum", "none"): ("gdpo", {"eps": 1e-4}),
+}
+
+
+def group_ids_of(num_rows: int, num_generations: int) -> torch.Tensor:
+    """``[num_rows]`` group ids of TRL's gathered batch: contiguous blocks of ``num_generations``.
+
+    TRL's sampler repeats each prompt ``num_generations`` times in a row and ``gather``
+    concatenates the processes in rank order, so row ``i`` belongs to group
+    ``i // num_generations``.
+    """
+    if num_generations < 1 or num_rows % num_generations:
+        raise ValueError(f"{num_rows} completions do not split into groups of num_generations={num_generations}")
+    return torch.arange(num_rows) // num_generations
+
+
+def diagnostic_metrics(
+    rewards: np.ndarray,
+    weights: np.ndarray,
+    names: Sequence[str],
+    result: AdvantageResult,
+    estimator: str | None,
+    options: dict[str, Any] | None = None,
+) -> dict[str, float]:
+    """Our per-step metrics as flat scalars (a logger of scalars takes them), without the prefix.
+
+    The names are those of ``trainer.reward_metrics`` and ``trainer.attribution`` (``c_q/median``,
+    ``k_eff/mean``, ``cov_share/<name>``, ``active_fraction/<name>``, ``zero_variance_fraction``,
+    ``advantage_share/<name>``, ...); the correlation matrix becomes one entry per pair,
+    ``reward_correlation/<a>/<b>`` (a before b), and the weights in force ``reward_weight/<name>``.
+    The advantage shares are those of ``estimator`` with ``options`` (``result`` must be its
+    output); None leaves them out. Undefined values (None) are left out.
+    """
+    names = list(names)
+    metrics = reward_metrics(np.asarray(rewards, dtype=np.float64), np.asarray(weights, dtype=np.float64),
+                             names, result.stats.to_dict())
+    out: dict[str, float] = {}
+    correlation = metrics.pop("reward_correlation", None)
+    for key, value in metrics.items():
+        if isinstance(value, (int, float)):
+            out[key] = float(value)
+    if correlation is not None:
+        for a in range(len(names)):
+            for b in range(a + 1, len(names)):
+                value = correlation[a][b]
+                if value is not None:
+                    out[f"reward_correlation/{names[a]}/{names[b]}"] = float(value)
+    if estimator is not None:
+        attribution = attribute(result.groups, estimator, options or {}, result.advantages)
+        out.update({k: float(v) for k, v in attribution_metrics(attribution, names).items()
+                    if isinstance(v, (int, float))})
+    for name, weight in zip(names, np.asarray(weights, dtype=np.float64)):
+        out[f"reward_weight/{name}"] = float(weight)
+    return out
+
+
+def bounds_of(source: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(low, high)`` ``[K]`` of the rewards: from an env (its ``reward_space``), a Box, or a pair."""
+    space = getattr(getattr(source, "unwrapped", None), "reward_space", None)
+    if space is None and hasattr(source, "low") and hasattr(source, "high"):
+        space = source
+    if space is not None:
+        low, high = space.low, space.high
+    else:
+        try:
+            low, high = source
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"reward_bounds: expected an env, a Box or a (low, high) pair, got {type(source).__name__}"
+            ) from None
+    return np.asarray(low, dtype=np.float64).reshape(-1), np.asarray(high, dtype=np.float64).reshape(-1)
+
+
+class CorrGRPOMixin:
+    """The hooks of :class:`CorrGRPOTrainer`, for a class that derives from TRL's ``GRPOTrainer``.
+
+    Keyword arguments taken before ``GRPOTrainer``'s own:
+
+    Args:
+        estimator: a name of ``trainer.advantages.available_estimators()`` or an entry point
+            ``package.module:function``; None keeps TRL's aggregation (diagnostics only).
+        estimator_options: the estimator's options (e.g. ``{"eps": 1e-6}``).
+        reward_weights: a weight per component or a schedule, in the form of
+            ``algorithm.reward_weights`` (a list, or a mapping by reward function name, whose
+            entries are numbers or ``{"values": [[step, weight], ...]}``); default
+            ``GRPOConfig.reward_weights``. The step is TRL's ``global_step`` when the batch is
+            generated (optimizer steps done before it).
+        reward_gates: ``algorithm.reward_gates`` (``{gated: [gate, ...]}`` or
+            ``{gated: {gate: threshold}}``), on the reward functions' names.
+        reward_bounds: with gates, each component's ``(low, high)`` (or an env: its
+            ``reward_space``): a closed gate sets its component to ``low``, a gate without a
+            threshold is met at ``high``.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        estimator: str | None = "corrgrpo",
+        estimator_options: dict[str, Any] | None = None,
+        reward_weights: Any = None,
+        reward_gates: dict[str, Any] | None = None,
+        reward_bounds: Any = None,
+        **kwargs: Any,
+    ):
+        options = dict(estimator_options or {})
+        if estimator is not None:
+            get_estimator(estimator)  # an unknown name fails before TRL loads the model
+            # a 2-response dry run rejects an unknown option with the estimator's own message
+            compute_advantages(torch.tensor([[0.0], [1.0]]), torch.tensor([0, 0]), estimator, **options)
+        elif options:
+            raise ValueError("estimator_options need an estimator (estimator=None keeps TRL's aggregation)")
+        super().__init__(*args, **kwargs)
+        self.corrgrpo_estimator = estimator
+        self.corrgrpo_options = options
+        names = list(self.reward_func_names)
+        defaults = self.reward_weights.tolist()
+        self.corrgrpo_weights: RewardWeights = resolve_reward_weights(
+            reward_weights, names, defaults, key="reward_weights")
+        if reward_weights is not None:  # TRL's own aggregation and its logged `reward` use them too
+            self.reward_weights = torch.tensor(self.corrgrpo_weights.at(0), dtype=torch.float32)
+        self.corrgrpo_gates: RewardGates | None = None
+        if reward_gates:
+            self.corrgrpo_gates = _gates(reward_gates, names, reward_bounds)
+        self._corrgrpo_rewards: torch.Tensor | None = None
+        self._corrgrpo_seconds = 0.0
+
+    # TRL's hooks -------------------------------------------------------------------------
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        started = time.perf_counter()
+        if self.corrgrpo_weights.scheduled:  # TRL reads self.reward_weights after this returns
+            step = int(self.state.global_step)
+            self.reward_weights = torch.tensor(self.corrgrpo_weights.at(step), dtype=torch.float32)
+        self._corrgrpo_seconds = time.perf_counter() - started
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        started = time.perf_counter()
+        gate_metrics: dict[str, float] = {}
+        if self.corrgrpo_gates:
+            raw = rewards.detach().to("cpu", torch.float64).numpy()
+            gate_metrics = self.corrgrpo_gates.metrics(raw)
+            gated = self.corrgrpo_gates.apply(raw)
+            rewards = torch.as_tensor(gated, dtype=rewards.dtype, device=rewards.device)
+        mode = "train" if self.model.training else "eval"
+        for key, value in gate_metrics.items():
+            self._metrics[mode][METRIC_PREFIX + key].append(value)
+        self._corrgrpo_rewards = rewards
+        self._corrgrpo_seconds += time.perf_counter() - started
+        return rewards
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        started = time.perf_counter()
+        rewards = self._corrgrpo_rewards
+        self._corrgrpo_rewards = None
+        if rewards is None:  # a subclass scored without _calculate_rewards: nothing to replace
+            return output
+        mode = "train" if self.model.training else "eval"
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        matrix = rewards.detach().to("cpu", torch.float32)
+        group_ids = group_ids_of(matrix.shape[0], num_generations)
+        weights = self.reward_weights.detach().to("cpu", torch.float64)
+        estimator = self.corrgrpo_estimator
+        if estimator is None:  # TRL's advantages stand; the diagnostics do not depend on the estimator
+            equivalent = TRL_EQUIVALENTS.get((self.multi_objective_aggregation, self.scale_rewards))
+            name, options = equivalent or ("grpo", {})
+            result = compute_advantages(matrix, group_ids, name, weights, **options)
+            estimator_for_shares = name if equivalent else None
+        else:
+            result = compute_advantages(matrix, group_ids, estimator, weights, **self.corrgrpo_options)
+            applied, options = result.advantages, self.corrgrpo_options
+            estimator_for_shares = estimator
+            local = output["advantages"]
+            rank, world = self.accelerator.process_index, self.accelerator.num_processes
+            if local.shape[0] * world != matrix.shape[0]:
+                raise ValueError(f"{matrix.shape[0]} gathered rewards for {world} processes of "
+                                 f"{local.shape[0]} completions: cannot take this process's slice")
+            mine = applied[rank * local.shape[0]:(rank + 1) * local.shape[0]]
+            output["advantages"] = mine.to(device=local.device, dtype=local.dtype)
+            logged = self._logs["advantages"]  # the completions table shows the applied advantages
+            for _ in range(min(len(logged), matrix.shape[0])):
+                logged.pop()
+            logged.extend(applied.tolist())
+        metrics = diagnostic_metrics(matrix.numpy(), weights.numpy(), self.reward_func_names, result,
+                                     estimator_for_shares, options)
+        seconds = self._corrgrpo_seconds + time.perf_counter() - started
+        metrics["time/overhead"] = seconds
+        for key, value in metrics.items():
+            self._metrics[mode][METRIC_PREFIX + key].append(value)
+        return output
+
+
+def _gates(spec: Any, names: list[str], bounds: Any) -> RewardGates:
+    """The gates on the reward functions' names, each error naming ``reward_gates``."""
+    checked = check_reward_gates(spec, key="reward_gates")
+    for gated, gates in checked.items():
+        for name in (gated, *gates):
+            if name not in names:
+                raise ValueError(f"reward_gates.{gated}: {name!r} is not a reward function; "
+                                 f"reward functions: {', '.join(names)}")
+    if bounds is None:
+        raise ValueError("reward_gates need reward_bounds: an env, its reward_space or (low, high)")
+    low, high = bounds_of(bounds)
+    if len(low) != len(names) or len(high) != len(names):
+        raise ValueError(f"reward_bounds have {len(low)} entries for the {len(names)} reward functions {names}")
+    return RewardGates(checked, names, low, high)
+
+
+def _build_trainer_class() -> type:
+    from trl import GRPOTrainer
+
+    return type("CorrGRPOTrainer", (CorrGRPOMixin, GRPOTrainer), {
+        "__doc__": "TRL's ``GRPOTrainer`` with corrgrpo's estimators and diagnostics (see :class:`CorrGRPOMixin`).",
+        "__module__": __name__,
+    })
+
+
+def __getattr__(name: str) -> Any:
+    # CorrGRPOTrainer derives from TRL's class: built on first use, so that importing this module
+    # (and the rest of the package) does not import trl.
+    if name == "CorrGRPOTrainer":
+        cls = _build_trainer_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
