@@ -164,7 +164,7 @@ def step_summary(records: list[dict[str, Any]]) -> dict[str, float]:
         "first_update_norm": float(updated[0]["update_norm"]) if updated and "update_norm" in updated[0] else float("nan"),
     }
     for name in COMPONENTS:
-        out[f"share/{name}"] = mean(updated, f"advantage_share/{name}/abs")
+        out[f"share/{name}"] = mean(updated, f"advantage_share_abs/{name}")
         out[f"group_weight/{name}"] = mean(updated, f"group_weight/{name}/median")
     return out
 
@@ -341,7 +341,7 @@ def tables_markdown(res: dict[str, Any]) -> str:
 def write_mean_runs(out: Path, estimators: list[str], seeds: list[int]) -> list[Path]:
     """``OUT/mean-<estimator>/metrics.jsonl``: the per-step mean over seeds of the curves
     ``corrgrpo plot`` draws (rewards, advantage shares, group weights, grad and update norms)."""
-    keep = ("reward/", "advantage_share/", "group_weight/", "grad_norm", "update_norm")
+    keep = ("reward/", "advantage_share/", "advantage_share_abs/", "group_weight/", "grad_norm", "update_norm")
     dirs = []
     for e in estimators:
         runs = [r for s in seeds if len(r := read_metrics(run_dir(out, e, s))) >= STEPS]

@@ -30,7 +30,7 @@ def _write_run(out: Path, estimator: str, seed: int, scale: float, skipped: set[
         row = {"step": step, "grad_norm": 0.0 if step in skipped else 0.5 * scale,
                "update_norm": 0.01 if step in skipped else 0.1, "advantage/abs_mean": 0.0 if step in skipped else scale,
                "zero_variance_fraction": 0.5, "group_weight/median": 2.0 * scale,
-               **{f"advantage_share/{c}/abs": 0.25 for c in study.COMPONENTS}}
+               **{f"advantage_share_abs/{c}": 0.25 for c in study.COMPONENTS}}
         if step in skipped:
             row["skipped_update"] = 1.0
         rows.append(row)

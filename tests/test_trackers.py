@@ -113,6 +113,7 @@ def test_mlflow_local_store_gets_the_logged_keys(tmp_path, monkeypatch):
     import mlflow
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3's local files (a database needs sqlalchemy)
     _train(tmp_path, "train.report_to=mlflow")
     (run,) = mlflow.search_runs(experiment_names=["corrgrpo"], output_format="list")
     assert set(KEYS) <= {k.replace("_", "/") for k in run.data.metrics} | set(run.data.metrics)
@@ -127,6 +128,11 @@ def test_trackio_local_gets_the_logged_keys(tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(300)
-def test_none_writes_only_the_metrics(tmp_path):
+def test_none_writes_only_the_metrics_whose_names_form_a_tree(tmp_path):
     out = _train(tmp_path, "train.report_to=none")
     assert not (out / "tensorboard").exists() and not (out / "wandb").exists()
+    # no name is both a metric and a folder of others: MLflow's file store (one file per name,
+    # '/' a folder) and trackers that group by prefix cannot hold 'a/b' beside 'a/b/c'
+    names = {k for r in (json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()) for k in r}
+    clashes = sorted(n for n in names if any(m.startswith(n + "/") for m in names))
+    assert not clashes, clashes

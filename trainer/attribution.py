@@ -135,7 +135,7 @@ def attribute(groups: RewardGroups, estimator: str, options: dict[str, Any] | No
 def attribution_metrics(attribution: Attribution, names: Sequence[str]) -> dict[str, Any]:
     """Flat per-step metrics: signed and absolute shares, the group weights' quantiles.
 
-    ``advantage_share/<name>`` (signed) and ``advantage_share/<name>/abs`` sum to 1 over
+    ``advantage_share/<name>`` (signed) and ``advantage_share_abs/<name>`` sum to 1 over
     the components (with ``advantage_share/residual`` when the split is not exact);
     ``group_weight/<quantile>`` (or ``group_weight/<name>/<quantile>`` per component).
     """
@@ -144,10 +144,10 @@ def attribution_metrics(attribution: Attribution, names: Sequence[str]) -> dict[
     absolute, abs_residual = attribution.abs_shares()
     for k, name in enumerate(names):
         out[f"advantage_share/{name}"] = float(signed[k])
-        out[f"advantage_share/{name}/abs"] = float(absolute[k])
+        out[f"advantage_share_abs/{name}"] = float(absolute[k])
     if not attribution.exact:
         out["advantage_share/residual"] = signed_residual
-        out["advantage_share/residual/abs"] = abs_residual
+        out["advantage_share_abs/residual"] = abs_residual
     weight = attribution.group_weight
     if weight is not None:
         w = weight.detach().to(torch.float64).cpu().numpy()
