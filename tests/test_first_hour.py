@@ -273,3 +273,23 @@ def test_without_the_import_the_id_is_unknown_and_a_bad_import_is_named(tmp_path
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("first_hour_broken_envs", None)
+
+
+def test_at_80_columns_the_progress_bar_cuts_no_number():
+    import io
+
+    from trainer.progress import TrainProgress
+
+    record = {"reward/weighted/mean": 0.5, "reward/digits/mean": 31.25, "reward/has_a/mean": 0.75,
+              "reward/word_with_a/mean": 0.5, "reward/a_longer_component_name/mean": 1.0,
+              "c_q/median": 1.07, "time/step": 2.5}
+    progress = TrainProgress(total=30)
+    progress.update(3, record)
+    out = io.StringIO()
+    Console(file=out, width=80, force_terminal=False).print(progress._progress.get_renderable())
+    shown = " ".join(out.getvalue().split())
+    assert "…" not in out.getvalue()
+    for number in ("R=0.500", "c_q=1.07", "2.50s/step", "digits=31.25", "word_with_a=0.50",
+                   "a_longer_component_name=1.00"):
+        assert number in shown, (number, out.getvalue())
+    assert all(len(line) <= 80 for line in out.getvalue().splitlines())

@@ -16,15 +16,16 @@ class TrainProgress:
 
     def __init__(self, total: int, enabled: bool = True, start: int = 0):
         self.enabled = enabled
-        # On a narrow terminal the numbers get cut at the end, never the bar and the step count.
-        # The numbers are shown as plain text: a reward's name is the env's, never markup.
+        # On a narrow terminal the numbers wrap onto the next line(s): none is cut, and the bar
+        # and the step count keep their width. The numbers are plain text: a reward's name is
+        # the env's, never markup.
         fixed = Column(no_wrap=True)
         self._progress = Progress(
             TextColumn("[bold]train", table_column=fixed),
             BarColumn(bar_width=16, table_column=Column(no_wrap=True, width=16)),
             MofNCompleteColumn(table_column=fixed),
             TimeRemainingColumn(table_column=fixed),
-            TextColumn("{task.fields[info]}", markup=False, table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
+            TextColumn("{task.fields[info]}", markup=False, table_column=Column(overflow="fold", ratio=1)),
             expand=True,
             console=Console(stderr=True),
             disable=not enabled,
@@ -38,12 +39,18 @@ class TrainProgress:
     def __exit__(self, *exc: Any) -> None:
         self._progress.__exit__(*exc)
 
-    def update(self, step: int, record: dict[str, Any]) -> None:
+    @staticmethod
+    def numbers(record: dict[str, Any]) -> str:
+        """The step's numbers as shown: the weighted reward, CorrGRPO's median multiplier and
+        the step time first (they fit beside the bar at 80 columns), then each component."""
         parts = [f"R={record.get('reward/weighted/mean', float('nan')):.3f}"]
-        for key, value in record.items():
-            if key.startswith("reward/") and key.endswith("/mean") and "weighted" not in key:
-                parts.append(f"{key[7:-5]}={value:.2f}")
         if "c_q/median" in record:
             parts.append(f"c_q={record['c_q/median']:.2f}")
         parts.append(f"{record.get('time/step', 0.0):.2f}s/step")
-        self._progress.update(self._task, completed=step, info=" ".join(parts))
+        for key, value in record.items():
+            if key.startswith("reward/") and key.endswith("/mean") and "weighted" not in key:
+                parts.append(f"{key[7:-5]}={value:.2f}")
+        return " ".join(parts)
+
+    def update(self, step: int, record: dict[str, Any]) -> None:
+        self._progress.update(self._task, completed=step, info=self.numbers(record))
