@@ -24,5 +24,13 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 # this project, editable and without its dependencies; what its TRL code and tests import besides
 "${PIP[@]}" install --no-deps -e "$ROOT"
 "${PIP[@]}" install "gymnasium>=1.0" pytest pytest-timeout pyyaml matplotlib torch==2.13.0
+# the openenv extra's packages (read from pyproject.toml) and OpenEnv itself without its gradio
+# web UI, for TRL's environment_factory over a served env (tests/test_trl_openenv.py)
+"$VENV/bin/python" - "$ROOT/pyproject.toml" > "$VENV/openenv-extra.txt" <<'PY'
+import sys, tomllib
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["openenv"]))
+PY
+"${PIP[@]}" install -r "$VENV/openenv-extra.txt" torch==2.13.0
+"${PIP[@]}" install --no-deps openenv==0.10.0
 echo "TRL venv ready: $VENV"
 "$VENV/bin/python" -c "import trl, torch, transformers, trainer.integrations.trl; print('trl', trl.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
