@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.ci import in_ci
+
 ROOT = Path(__file__).resolve().parents[1]
 
 if importlib.util.find_spec("mkdocs") is None:
-    if os.environ.get("CI", "").lower() == "true":
+    if in_ci():
         raise RuntimeError("mkdocs is not installed under CI: scripts/test.sh installs the docs extra")
     pytest.skip("mkdocs is not installed (pip install -e '.[docs]')", allow_module_level=True)
 

@@ -27,13 +27,9 @@ from corrgrpo_envs.integrations.trl import (
     reward_functions,
 )
 from corrgrpo_envs.toy.rewards import score_text
-from tests.trl_venv import unavailable
+from tests.trl_venv import IN_TRL_VENV, ROOT, TRL_PYTHON, unavailable
 
-ROOT = Path(__file__).resolve().parents[1]
-TRL_PYTHON = ROOT / ".venv-trl" / "bin" / "python"
 TOY = "corrgrpo/ScaleDominance-v0"
-#: set in the TRL-venv subprocess so that it runs the training itself instead of relaunching
-IN_TRL_VENV = "CORRGRPO_TEST_IN_TRL_VENV"
 
 
 def test_importing_the_adapter_imports_neither_trl_nor_datasets():

@@ -11,24 +11,13 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.ci import in_ci, unavailable  # noqa: F401 - re-exported for the TRL tests
 
 ROOT = Path(__file__).resolve().parents[1]
 TRL_PYTHON = ROOT / ".venv-trl" / "bin" / "python"
 #: set in the TRL-venv subprocess so that a test runs its TRL part itself instead of relaunching
 IN_TRL_VENV = "CORRGRPO_TEST_IN_TRL_VENV"
 BUILD = "bash scripts/trl_venv.sh"
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def unavailable(reason: str) -> None:
-    """Skip with ``reason``, or fail in CI, where the TRL venv must be there."""
-    if in_ci():
-        pytest.fail(f"CI: {reason}")
-    pytest.skip(reason)
 
 
 def require_trl_venv() -> Path:
