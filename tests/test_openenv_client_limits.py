@@ -491,6 +491,51 @@ def test_close_is_idempotent_and_quick_and_stops_the_loop_thread(fake):
     assert alive == []
 
 
+def test_envs_of_a_process_share_one_loop_thread_which_stops_with_the_last(fake):
+    fake.components = [{"name": "a", "low": 0, "high": 1}]
+    envs = [_make(fake) for _ in range(6)]
+    for env in envs:
+        _step(env)
+    loops = [t for t in threading.enumerate() if t.name.startswith("corrgrpo-openenv-")]
+    assert len(loops) == 1 and len({id(e._loop) for e in envs}) == 1
+    assert fake.open_sessions == 6  # one session each, on the one loop
+    for env in envs[:-1]:
+        env.close()
+    assert [t for t in threading.enumerate() if t.name.startswith("corrgrpo-openenv-")] == loops
+    reward = _step(envs[-1])[1]  # the others' closing left the last one's session working
+    assert reward.shape == (1,)
+    envs[-1].close()
+    loops[0].join(CLOSE_DEADLINE_S + SLACK_S)
+    assert not loops[0].is_alive()
+    assert not [t for t in threading.enumerate() if t.name.startswith("corrgrpo-openenv-")]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.timeout(120)
+def test_a_forked_child_gets_a_loop_of_its_own(fake):
+    fake.components = [{"name": "a", "low": 0, "high": 1}]
+    parent = _make(fake)
+    _step(parent)  # the parent's loop thread runs; a fork copies none of its threads
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a new env must work, on a loop of its own
+        code = 1
+        try:
+            child = _make(fake)
+            _step(child)
+            child.close()
+            code = 0
+        finally:
+            os.write(write, bytes([code]))
+            os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"\x00" and os.waitstatus_to_exitcode(status) == 0
+    os.close(read)
+    _step(parent)
+    parent.close()
+
+
 def test_a_vector_env_that_fails_to_build_closes_the_members_it_built(fake):
     fake.components = [{"name": "a", "low": 0, "high": 1}]
     built = []

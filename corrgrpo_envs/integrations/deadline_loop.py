@@ -1,8 +1,10 @@
 """A private asyncio loop on a daemon thread, whose calls have overall deadlines and which never
 holds up interpreter shutdown.
 
-The OpenEnv client (:mod:`corrgrpo_envs.integrations.openenv_client`) runs each env
-instance's HTTP and WebSocket exchanges on one of these. ``asyncio.wait_for`` around a
+The OpenEnv client (:mod:`corrgrpo_envs.integrations.openenv_client`) runs the HTTP and
+WebSocket exchanges of every env instance of a process on one of these (a
+:class:`LoopLease` each): one thread for P*G sessions, not one per session, which is what
+the client's time went to (thread wake-ups and switches) when each session had its own. ``asyncio.wait_for`` around a
 whole exchange is a deadline that a server sending its answer a byte at a time cannot
 stretch (a timeout per read can be), and the calling thread waits at most the deadline and
 a grace second even if the loop itself were stuck. Python does not return from starting a
@@ -14,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import sys
 import threading
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import Any
 
-__all__ = ["DeadlineLoop", "CLOSE_S", "GRACE_S"]
+__all__ = ["DeadlineLoop", "LoopLease", "CLOSE_S", "GRACE_S"]
 
 #: How long closing waits for servers to acknowledge.
 CLOSE_S = 2.0
@@ -125,3 +128,64 @@ class DeadlineLoop:
             return
         if wait and thread is not threading.current_thread():
             thread.join(CLOSE_S + 2 * GRACE_S)
+
+
+class _SharedLoop:
+    """The process's one :class:`DeadlineLoop` and how many leases hold it."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.lock = threading.Lock()
+        self.loop: DeadlineLoop | None = None
+        self.users = 0
+
+    def forget(self) -> None:
+        """In a forked child: the parent's loop thread does not exist here; start afresh."""
+        self.lock = threading.Lock()
+        self.loop, self.users = None, 0
+
+
+_SHARED = _SharedLoop("corrgrpo-openenv-loop")
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_SHARED.forget)
+
+
+class LoopLease:
+    """One user's hold on the process's shared :class:`DeadlineLoop` (``loop``).
+
+    The loop starts with the first lease and stops when the last one is released, so a
+    process that closed all its envs has no thread left.
+    """
+
+    def __init__(self) -> None:
+        with _SHARED.lock:
+            if _SHARED.loop is None:
+                _SHARED.loop = DeadlineLoop(_SHARED.name)
+            _SHARED.users += 1
+            self.loop: DeadlineLoop = _SHARED.loop
+        self._held = True
+
+    def release(self, closing: Callable[[], Awaitable[Any]] | None = None, wait: bool = True) -> None:
+        """Run ``closing()`` (within ``CLOSE_S``; waited for with ``wait``), then let go of the loop.
+
+        Idempotent, and does nothing at all while the interpreter shuts down.
+        """
+        with _SHARED.lock:
+            if not self._held:
+                return
+            self._held = False
+        if closing is not None and not sys.is_finalizing():
+            # while this lease still holds the loop, so nobody stops it under the closing
+            if wait:
+                with suppress(Exception):
+                    self.loop.run(closing, CLOSE_S)
+            else:
+                self.loop.submit(closing)
+        with _SHARED.lock:
+            last = _SHARED.loop is self.loop and _SHARED.users == 1
+            if _SHARED.loop is self.loop:
+                _SHARED.users -= 1
+                if last:
+                    _SHARED.loop = None
+        if last:
+            self.loop.shutdown(wait=wait)

@@ -64,7 +64,7 @@ import httpx
 import numpy as np
 
 from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
-from corrgrpo_envs.integrations.deadline_loop import CLOSE_S, GRACE_S, DeadlineLoop
+from corrgrpo_envs.integrations.deadline_loop import CLOSE_S, GRACE_S, LoopLease
 from corrgrpo_envs.spaces import Conversation
 from corrgrpo_envs.tasks import Task, TaskSource
 
@@ -539,9 +539,11 @@ class OpenEnvEnv(MultiRewardEnv):
         self._lease = _PoolLease(self.urls)
         self._pool = self._lease.pool
         self._conns = _Connections()
-        self._loop = DeadlineLoop(name=f"corrgrpo-openenv-{id(self):x}")
-        # an env dropped without close(): stop its loop (not at interpreter exit, see DeadlineLoop)
-        self._finalizer = weakref.finalize(self, self._loop.shutdown, self._conns.aclose, False)
+        # every env of the process shares one loop thread (a thread per session cost more than the I/O)
+        self._loop_lease = LoopLease()
+        self._loop = self._loop_lease.loop
+        # an env dropped without close(): close its sessions (not at interpreter exit, see DeadlineLoop)
+        self._finalizer = weakref.finalize(self, self._loop_lease.release, self._conns.aclose, False)
         self._finalizer.atexit = False
         self._lease_finalizer = weakref.finalize(self, self._lease.release)
         self._lease_finalizer.atexit = False
@@ -556,7 +558,7 @@ class OpenEnvEnv(MultiRewardEnv):
             self._setup(split, num_tasks, reward_names, reward_low, reward_high, reward_weights,
                         action_field, max_action_chars, render_mode)
         except BaseException:
-            self._loop.shutdown(self._conns.aclose)
+            self._loop_lease.release(self._conns.aclose)
             self._lease.release()
             raise
 
@@ -1185,6 +1187,6 @@ class OpenEnvEnv(MultiRewardEnv):
     def close(self) -> None:
         """Close every session (waiting at most a few seconds for the servers); idempotent and cheap."""
         self._release()
-        self._loop.shutdown(self._conns.aclose)
+        self._loop_lease.release(self._conns.aclose)
         self._lease.release()
         super().close()

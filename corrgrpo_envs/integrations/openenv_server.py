@@ -451,6 +451,9 @@ def serve(
         "port": int(port),
         "log_level": log_level,
         "ws_max_size": max_message_bytes(max_chars),
+        # no per-message compression: on the local or cluster links servers run on, deflating
+        # each reset and step cost more CPU (client and server) than the bytes it saved
+        "ws_per_message_deflate": False,
     }
     if int(workers) > 1:
         _build_route_env(env, kwargs, public_name(str(env)), limits).close()  # fail here, not in N workers
