@@ -24,15 +24,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tests.ports import free_port
+
 __all__ = ["FakeOpenEnv", "TrickleProxy", "free_port", "observation"]
 
 TEXT_ACTION = {"properties": {"message": {"type": "string"}}, "required": ["message"], "type": "object"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def observation(text: str = "ok", reward: Any = None, done: bool = False, **metadata: Any) -> dict[str, Any]:

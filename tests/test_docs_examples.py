@@ -15,12 +15,13 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -139,18 +140,12 @@ def test_your_own_env_checks_trains_and_evaluates(workdir):
     assert list((run / f"checkpoint-{FAST_STEPS}").glob("eval-all-*.json")), out[-2000:]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_train_on_an_openenv_server(workdir):
     if importlib.util.find_spec("openenv") is None:
         pytest.skip("openenv is not installed (pip install -e '.[openenv]' and openenv --no-deps)")
-    port = str(_free_port())  # the page's port 8000 may be taken: the script and its config move
+    port = str(free_port())  # the page's port 8000 may be taken: the script and its config move
     (workdir / "remote.yaml").write_text((workdir / "remote.yaml").read_text().replace("8000", port))
     run_tutorial("openenv.sh", workdir, timeout=600, replace={"8000": port})
     steps = _metrics(workdir / "runs" / "remote-corrgrpo-s0")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 import torch  # noqa: E402
 
 from agents import Episode, HFPolicy, OpenAIPolicy, SamplingParams, load_model  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 # On the CPU backend the "GPU" memory fraction reserves host memory: keep it small.
 ENGINE = {"dtype": "float32", "max_model_len": 2048, "enforce_eager": True, "gpu_memory_utilization": 0.15}
@@ -126,16 +126,10 @@ def test_sleep_and_wake(policy):
     assert policy.act([conversation(1)], SamplingParams(max_new_tokens=2))[0].completion_ids
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def vllm_server(tiny_dir):
     path, _, _ = tiny_dir
-    port = _free_port()
+    port = free_port()
     cmd = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(path),
         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",

@@ -35,6 +35,7 @@ import httpx  # noqa: E402
 import torch  # noqa: E402
 
 from agents import Episode, SamplingParams, load_model  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 from trainer.checkpoint import latest_checkpoint  # noqa: E402
 from trainer.config import config_from_dict  # noqa: E402
 from trainer.policy_forward import pack_episodes, token_logprobs  # noqa: E402
@@ -45,12 +46,6 @@ from trainer.trainer import Trainer  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """``scripts/vllm_serve.sh`` with one CPU server of the tiny model; yields its API root."""
@@ -58,7 +53,7 @@ def server(tmp_path_factory):
     model, tokenizer = load_model("tiny")
     model.save_pretrained(folder / "model")
     tokenizer.save_pretrained(folder / "model")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHON": sys.executable, "PORT": str(port), "NAME": "tiny", "DEVICE": "cpu",
            "LOG_DIR": str(folder / "logs"), "KV_CACHE_BYTES": str(128 * 2**20)}
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the server runs its engine core as usual
