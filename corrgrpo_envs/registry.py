@@ -1,61 +1,116 @@
-"""Registering and making corrgrpo environments.
+"""Registering, resolving and making corrgrpo environments.
 
 Environments are registered with Gymnasium itself (so ``gymnasium.make`` works
 on them) and recorded here, so tools like ``corrgrpo envs list`` and the
 conformance tests can find every multi-reward env, the user's included.
 
-:func:`make` also takes an entry point, ``"package.module:attribute"``, where
-the attribute is an env class or a factory returning an env: a YAML config
-(``env: {id: mypkg.envs:MyEnv}``) or a ``GroupedVectorEnv`` worker can then build
-an env that was never registered, as long as its module imports.
+Every env id is understood in one place, :func:`resolve`: a registered id
+(``corrgrpo/ToolCall-v0``), an entry point ``package.module:attribute`` (an env class
+or a factory that was never registered, as long as its module imports), a YAML file
+whose ``env:`` section names one of those, or OpenEnv servers ``openenv://HOST:PORT``
+(several comma-separated, or a list). :func:`make`, the env checker, the trainer and the
+integrations all build or inspect envs through the :class:`ResolvedEnv` it returns.
+
+An env registered with a settings class (``register(id, entry_point, settings=...)``, a
+dataclass of :mod:`corrgrpo_registry.settings`) has its keyword arguments checked like every
+other setting: an unknown key, a value of the wrong type or out of range is a
+:class:`~corrgrpo_registry.settings.ConfigError` naming the key. Other envs get their keyword
+arguments as they are, as Gymnasium gives them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 
-from corrgrpo_envs.yaml_files import load_yaml
-from corrgrpo_registry import Registry, is_entry_point, load_entry_point
+from corrgrpo_registry import Registry, is_entry_point, load_entry_point, parse_entry_point
+from corrgrpo_registry.settings import ConfigError, Setting, build, describe, validate
+from corrgrpo_registry.yaml_files import load_yaml
 
 __all__ = [
     "ENVS",
+    "OPENENV_SCHEME",
+    "ResolvedEnv",
     "register",
+    "resolve",
+    "check_id",
     "make",
     "registered_ids",
     "load_env_config",
     "resolve_config_path",
+    "env_settings",
     "is_entry_point",
     "load_entry_point",
-    "is_openenv_id",
 ]
 
-#: The multi-reward env ids (each with its ``description``), beside Gymnasium's own registry,
-#: which builds them: this one lists them (``corrgrpo envs list``, the conformance tests).
+#: The multi-reward env ids (each with its ``description`` and ``settings`` class), beside
+#: Gymnasium's own registry, which builds them: this one lists them (``corrgrpo envs list``,
+#: the conformance tests).
 ENVS: Registry[Any] = Registry("env id")
 
 #: Where the project's YAML configs live when running from a checkout.
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "env_configs"
 
+#: The scheme of an env served by OpenEnv servers.
+OPENENV_SCHEME = "openenv://"
+_OPENENV_ENTRY_POINT = "corrgrpo_envs.integrations.openenv_client:OpenEnvEnv"
 
-def register(id: str, entry_point: str | Any, description: str = "", **kwargs: Any) -> None:
+#: Keys of a YAML ``env:`` section that are not the env's keyword arguments.
+SECTION_KEYS = ("id", "import")
+
+Kind = Literal["registered", "entry_point", "yaml", "openenv"]
+
+
+def register(
+    id: str,
+    entry_point: str | Any,
+    description: str = "",
+    settings: str | type | None = None,
+    **kwargs: Any,
+) -> None:
     """Register a multi-reward env under ``id`` (e.g. ``"myorg/MyTask-v0"``).
 
     ``entry_point`` is a class, a factory, or a ``"module:attr"`` string (imported
-    lazily on ``make``); ``kwargs`` are its default keyword arguments. Registering an id
-    again replaces it, as ``gymnasium.register`` does (a re-run notebook cell re-registers).
+    lazily on ``make``); ``kwargs`` are its default keyword arguments. ``settings``: the
+    dataclass of its keyword arguments (or a ``"module:attr"`` string naming it), whose
+    fields, types and ranges every ``make`` and every run config is checked against;
+    without one the keyword arguments go to the env unchecked. Registering an id again
+    replaces it, as ``gymnasium.register`` does (a re-run notebook cell re-registers).
     """
     if "/" not in id or not id.rsplit("-v", 1)[-1].isdigit():
         raise ValueError(f"env id must look like 'namespace/Name-vN', got {id!r}")
-    ENVS.register(id, entry_point, override=True, description=description)
+    if isinstance(settings, str):
+        parse_entry_point(settings)  # a malformed string fails here, not at first use
+    elif settings is not None and not dataclasses.is_dataclass(settings):
+        raise TypeError(f"{id}: settings must be a dataclass (or 'module:Class'), got {settings!r}")
+    ENVS.register(id, entry_point, override=True, description=description, settings=settings)
     gym.register(id=id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=True)
 
 
 def registered_ids() -> list[str]:
     """Ids of every multi-reward env registered through :func:`register`, sorted."""
     return ENVS.names()
+
+
+def env_settings(prefix: str = "env") -> dict[str, list[Setting]]:
+    """The settings of every registered env that declares a settings class, by id, each key
+    under ``prefix`` (what ``corrgrpo train --help`` and the configuration reference list)."""
+    from corrgrpo_envs.settings import EnvSettings
+
+    common = {f"{prefix}.{f.name}" if prefix else f.name for f in dataclasses.fields(EnvSettings)}
+    out: dict[str, list[Setting]] = {}
+    for env_id in registered_ids():
+        settings = resolve(env_id).settings_class()
+        if settings is not None:  # an env's own settings first, those every env takes after them
+            out[env_id] = sorted(describe(settings(), prefix), key=lambda s: s.key in common)
+    return out
 
 
 def description(id: str) -> str:
@@ -79,110 +134,228 @@ def load_env_config(path: str | Path) -> dict[str, Any]:
     resolved = resolve_config_path(path)
     data = load_yaml(resolved) or {}
     if not isinstance(data, dict):
-        raise ValueError(f"{resolved}: expected a mapping at the top level")
+        raise ConfigError(f"{resolved}: expected a mapping at the top level")
     section = data.get("env", data)
     if not isinstance(section, dict) or "id" not in section:
-        raise ValueError(f"{resolved}: needs an 'env:' section with an 'id' key")
+        raise ConfigError(f"{resolved}: needs an 'env:' section with an 'id' key", "env.id")
     return dict(section)
 
 
-def _make_entry_point(entry_point: str, overrides: dict[str, Any]) -> gym.Env:
-    """Build the env of an entry point through Gymnasium's ``make`` (same wrappers as an id)."""
-    factory = load_entry_point(entry_point)
-    if not callable(factory):
-        raise TypeError(f"entry point {entry_point!r} is not a class or a factory: {factory!r}")
-    spec = gym.envs.registration.EnvSpec(
-        id=entry_point, entry_point=factory, kwargs={}, disable_env_checker=True
-    )
-    env = gym.make(spec, **overrides)
-    if not isinstance(env.unwrapped, gym.Env):
-        raise TypeError(f"entry point {entry_point!r} returned {type(env.unwrapped).__name__}, not an env")
-    return env
+def _load(what: Any) -> Any:
+    """A registered object itself, or the attribute its ``module:attr`` string names."""
+    return load_entry_point(what) if isinstance(what, str) else what
 
 
-def check_id(id_or_config: str | Path | list[str]) -> None:
-    """Raise ``ValueError`` naming the problem when ``make(id_or_config)`` cannot find the env.
+@dataclass(frozen=True)
+class ResolvedEnv:
+    """What an env id names, found without building the env.
 
-    Cheap (nothing is built): a registered id passes; an entry point must import and name
-    an attribute; a YAML file must exist and hold an ``env.id`` that passes. Commands call
-    it before loading a model, so a typo costs one error line, not a model load.
+    Attributes:
+        kind: ``registered`` (an id of Gymnasium's registry), ``entry_point``
+            (``package.module:attribute``), ``yaml`` (a config file's ``env:`` section) or
+            ``openenv`` (OpenEnv servers).
+        id: the id the env is built under: the registered id, the entry point, the servers'
+            addresses (comma-separated), or, for a YAML file, the id its section names.
+        entry_point: the env class or factory, or the ``module:attr`` string naming it (see
+            :meth:`factory`).
+        kwargs: default keyword arguments: the registered defaults, the OpenEnv ``url``, or
+            the YAML section's values.
+        settings: the settings dataclass of the keyword arguments, or its ``module:attr``
+            string (see :meth:`settings_class`); None when the env declares none.
+        section: a YAML file's ``env:`` section as written (None for other kinds).
+        path: the YAML file (None for other kinds).
+        urls: the OpenEnv servers' base URLs (empty for other kinds).
+        target: for a YAML file, what its ``env.id`` resolves to.
     """
-    if is_openenv_id(id_or_config):
-        return  # remote: the servers are asked when the env is built
-    text = str(id_or_config)
-    if text.endswith((".yaml", ".yml")):
-        section = load_env_config(text)
-        if "id" not in section:
-            raise ValueError(f"{text}: the env section has no 'id'")
-        check_id(section["id"] if isinstance(section["id"], list) else str(section["id"]))
-        return
-    if text in gym.registry:
-        return
-    if is_entry_point(text):
+
+    kind: Kind
+    id: str
+    entry_point: Any = None
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    settings: Any = None
+    section: Mapping[str, Any] | None = None
+    path: Path | None = None
+    urls: tuple[str, ...] = ()
+    target: ResolvedEnv | None = None
+
+    def factory(self) -> Callable[..., Any]:
+        """The env class or factory (importing its module when it was registered lazily)."""
+        return _load(self.entry_point)
+
+    def settings_class(self) -> type | None:
+        """The settings dataclass of the env's keyword arguments, or None without one."""
+        return None if self.settings is None else _load(self.settings)
+
+    def accepts(self, name: str) -> bool:
+        """Whether the env takes the keyword argument ``name``: a field of its settings, else
+        a parameter of its class or factory (False when that cannot be inspected)."""
+        settings = self.settings_class()
+        if settings is not None:
+            return name in {f.name for f in dataclasses.fields(settings)}
         try:
-            load_entry_point(text)
-        except ImportError as exc:
-            raise ValueError(
-                f"env entry point {text!r}: cannot import {exc.name or text.split(':')[0]!r} ({exc}); "
-                "the module must be importable from the working directory or PYTHONPATH"
-            ) from None
-        except AttributeError as exc:
-            raise ValueError(str(exc)) from None
-        return
-    raise ValueError(
+            return name in inspect.signature(self.factory()).parameters
+        except (ImportError, AttributeError, TypeError, ValueError):
+            return False
+
+    def build_settings(
+        self, kwargs: Mapping[str, Any], prefix: str = "", moved: Mapping[str, str] | None = None
+    ) -> Any:
+        """The env's settings from keyword arguments, checked (keys under ``prefix``, e.g.
+        ``env``; ``moved``: keys that belong elsewhere), or None for an env without settings.
+
+        Raises :class:`~corrgrpo_registry.settings.ConfigError` naming the key.
+        """
+        settings = self.settings_class()
+        if settings is None:
+            return None
+        return validate(build(settings, dict(kwargs), prefix, moved=moved), prefix)
+
+    def make(self, **overrides: Any) -> gym.Env:
+        """Build the env through Gymnasium's ``make``, ``overrides`` over the defaults."""
+        if self.target is not None:
+            return self.target.make(**{**self.kwargs, **overrides})
+        kwargs = overrides
+        try:
+            settings = self.build_settings({**self.kwargs, **overrides})
+        except ConfigError as exc:
+            raise ConfigError(f"{self.id}: {exc}", exc.key) from None
+        if settings is not None:
+            kwargs = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+        if self.kind == "registered":
+            return gym.make(self.id, **kwargs)
+        spec = gym.envs.registration.EnvSpec(
+            id="openenv/Remote-v0" if self.kind == "openenv" else self.id,
+            entry_point=self.factory(),
+            kwargs=dict(self.kwargs),
+            disable_env_checker=True,
+        )
+        env = gym.make(spec, **kwargs)
+        if not isinstance(env.unwrapped, gym.Env):
+            raise TypeError(f"entry point {self.id!r} returned {type(env.unwrapped).__name__}, not an env")
+        return env
+
+
+def _unknown(text: str) -> ValueError:
+    return ValueError(
         f"unknown env id {text!r}; registered: {', '.join(registered_ids())} "
         "(or give an entry point 'package.module:attribute')"
     )
 
 
-def _make_openenv(url: str, overrides: dict[str, Any]) -> gym.Env:
-    """An env served by OpenEnv server(s), through Gymnasium's ``make`` like any other id."""
-    from corrgrpo_envs.integrations.openenv_client import OpenEnvEnv
+def _resolve_openenv(addresses: str) -> ResolvedEnv:
+    from corrgrpo_envs.integrations.openenv_client import parse_urls
 
-    spec = gym.envs.registration.EnvSpec(
-        id="openenv/Remote-v0", entry_point=OpenEnvEnv, kwargs={"url": url}, disable_env_checker=True
+    return ResolvedEnv(
+        "openenv",
+        addresses,
+        entry_point=_OPENENV_ENTRY_POINT,
+        kwargs={"url": addresses},
+        urls=tuple(parse_urls(addresses)),
     )
-    return gym.make(spec, **overrides)
 
 
-def is_openenv_id(id_or_urls: Any) -> bool:
-    """Whether ``id_or_urls`` names OpenEnv servers (``openenv://HOST:PORT``, comma-separated or a list)."""
-    if isinstance(id_or_urls, (list, tuple)):
-        return bool(id_or_urls) and all(str(u).startswith("openenv://") for u in id_or_urls)
-    return str(id_or_urls).startswith("openenv://")
+def _import_section_modules(path: Path, modules: Any) -> None:
+    """A YAML section's ``import``: modules whose import registers the env id it names."""
+    names = [modules] if isinstance(modules, str) else modules
+    if not isinstance(names, list) or not all(isinstance(m, str) for m in names):
+        raise ConfigError(f"{path}: env.import: expected a list of module names, got {modules!r}", "env.import")
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(f"{path}: env.import: cannot import {name!r} ({exc})", "env.import") from None
+
+
+def _resolve_yaml(text: str) -> ResolvedEnv:
+    path = resolve_config_path(text)
+    section = load_env_config(path)
+    if "import" in section:
+        _import_section_modules(path, section["import"])
+    env_id = section["id"]
+    if not isinstance(env_id, (str, list)):
+        raise ConfigError(f"{path}: env.id must be an env id, an entry point or openenv://HOST:PORT, "
+                          f"got {env_id!r}", "env.id")
+    if isinstance(env_id, str) and env_id.endswith((".yaml", ".yml")):
+        raise ConfigError(f"{path}: env.id must be an env id or an entry point, not a config ({env_id!r})",
+                          "env.id")
+    try:
+        target = resolve(env_id)
+    except ConfigError:
+        raise
+    except ValueError as exc:  # an unknown id or a bad address: say which file names it
+        raise ConfigError(f"{path}: env.id: {exc}", "env.id") from None
+    kwargs = {k: v for k, v in section.items() if k not in SECTION_KEYS}
+    return dataclasses.replace(target, kind="yaml", kwargs=kwargs, section=section, path=path,
+                               target=target)
+
+
+def _resolve_entry_point(text: str) -> ResolvedEnv:
+    factory = load_entry_point(text)  # ImportError / AttributeError naming the module or attribute
+    if not callable(factory):
+        raise TypeError(f"entry point {text!r} is not a class or a factory: {factory!r}")
+    return ResolvedEnv("entry_point", text, entry_point=factory)
+
+
+def resolve(id_or_config: str | Path | Sequence[str]) -> ResolvedEnv:
+    """What ``id_or_config`` names, without building it (the one place env ids are read).
+
+    ``id_or_config`` is a registered id, an entry point ``package.module:attribute`` (its
+    module is imported), a YAML file (a path, or a name in ``env_configs/``) whose ``env.id`` is
+    one of the others, or OpenEnv servers ``openenv://HOST:PORT`` (comma-separated, or a list).
+
+    Raises:
+        ValueError: an unknown id (listing the registered ones), a malformed address, or a
+            list that is not of OpenEnv addresses; a bad YAML file is a ``ConfigError``.
+        FileNotFoundError: a YAML file that is nowhere.
+        ImportError / AttributeError / TypeError: an entry point whose module does not import,
+            whose attribute is missing, or is not a class or a factory.
+    """
+    if isinstance(id_or_config, (list, tuple)):
+        items = [str(u) for u in id_or_config]
+        if not items or not all(u.startswith(OPENENV_SCHEME) for u in items):
+            raise ValueError(f"a list must hold {OPENENV_SCHEME}HOST:PORT addresses (OpenEnv servers), "
+                             f"got {list(id_or_config)!r}")
+        return _resolve_openenv(",".join(items))
+    text = str(id_or_config)
+    if text.startswith(OPENENV_SCHEME):
+        return _resolve_openenv(text)
+    if text.endswith((".yaml", ".yml")):
+        return _resolve_yaml(text)
+    if text in gym.registry:
+        spec = gym.spec(text)
+        return ResolvedEnv("registered", text, entry_point=spec.entry_point, kwargs=dict(spec.kwargs),
+                           settings=ENVS.metadata(text).get("settings"))
+    if is_entry_point(text):
+        return _resolve_entry_point(text)
+    raise _unknown(text)
+
+
+def check_id(id_or_config: str | Path | list[str]) -> None:
+    """Raise ``ValueError`` naming the problem when ``make(id_or_config)`` cannot find the env.
+
+    Cheap (nothing is built): :func:`resolve`, its errors as one ``ValueError`` line. Commands
+    call it before loading a model, so a typo costs one error line, not a model load.
+    """
+    text = str(id_or_config)
+    try:
+        resolve(id_or_config)
+    except ImportError as exc:
+        raise ValueError(
+            f"env entry point {text!r}: cannot import {exc.name or text.split(':')[0]!r} ({exc}); "
+            "the module must be importable from the working directory or PYTHONPATH"
+        ) from None
+    except (AttributeError, TypeError) as exc:
+        raise ValueError(str(exc)) from None
 
 
 def make(id_or_config: str | Path | list[str], **overrides: Any) -> gym.Env:
-    """Build an env from a registered id, an entry point or a YAML file's ``env:`` section.
+    """Build an env from a registered id, an entry point, a YAML file or OpenEnv servers.
 
-    ``id_or_config`` is a registered id (``"corrgrpo/ToolCall-v0"``), an entry
-    point ``"package.module:attribute"`` (an env class or a factory; the module
-    is imported, the attribute called with the keyword arguments), or a YAML
-    path whose ``env.id`` is either, or OpenEnv servers: ``"openenv://HOST:PORT"``
-    (several separated by commas, or a list of them; extra ``openenv``). Keyword
-    ``overrides`` replace the id's defaults or the file's values.
+    ``id_or_config`` is anything :func:`resolve` reads: a registered id
+    (``"corrgrpo/ToolCall-v0"``), an entry point ``"package.module:attribute"`` (an env
+    class or a factory, called with the keyword arguments), a YAML path whose ``env.id``
+    is either, or OpenEnv servers ``"openenv://HOST:PORT"`` (several separated by commas,
+    or a list of them; extra ``openenv``). Keyword ``overrides`` replace the id's defaults
+    or the file's values; for an env with a settings class they are checked against it.
     """
-    if is_openenv_id(id_or_config):
-        urls = id_or_config if isinstance(id_or_config, (list, tuple)) else [str(id_or_config)]
-        return _make_openenv(",".join(str(u) for u in urls), overrides)
-    text = str(id_or_config)
-    if text.endswith((".yaml", ".yml")):
-        section = load_env_config(text)
-        env_id = section.pop("id")
-        if is_openenv_id(env_id):
-            section.update(overrides)
-            return make(env_id, **section)
-        env_id = str(env_id)
-        if env_id.endswith((".yaml", ".yml")):
-            raise ValueError(f"{text}: env.id must be an env id or an entry point, not a config ({env_id!r})")
-        section.update(overrides)
-        return make(env_id, **section)
-    if text in gym.registry:
-        return gym.make(text, **overrides)
-    if is_entry_point(text):
-        return _make_entry_point(text, overrides)
-    known = ", ".join(registered_ids())
-    raise ValueError(
-        f"unknown env id {text!r}; registered: {known} "
-        "(or give an entry point 'package.module:attribute')"
-    )
+    return resolve(id_or_config).make(**overrides)

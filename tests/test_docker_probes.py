@@ -1,7 +1,7 @@
 """The attack probes and red-team classes the other backends' tests run, on the docker backend.
 
 The probes live beside their own tests (``corrgrpo_envs.code.judge_probes``, the red-team
-registry of ``corrgrpo_envs.code.redteam``); each is run here with ``backend="docker"``.
+registry of ``corrgrpo_envs.redteam``); each is run here with ``backend="docker"``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from corrgrpo_envs.code import judge_probes
-from corrgrpo_envs.sandbox.docker import docker_available
+from corrgrpo_sandbox.docker import docker_available
 
 _OK, _REASON = docker_available()
 pytestmark = pytest.mark.skipif(not _OK, reason=f"docker backend: {_REASON}")

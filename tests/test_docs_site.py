@@ -52,9 +52,9 @@ def test_the_site_builds_strictly(tmp_path):
 
 
 def test_the_configuration_page_lists_every_setting():
+    from corrgrpo_registry.settings import describe
     from trainer.config import Config
     from trainer.losses import LossConfig
-    from trainer.settings import describe
     from trainer.sft import SFTConfig
 
     page = reference_pages.config_markdown()
@@ -116,3 +116,18 @@ def test_links_inside_fenced_code_are_left_alone(repo):
     text = "```md\n[the bench](../bench/speed.py)\n```\n[the bench](../bench/speed.py)\n"
     out = repo_links.rewrite_links(text, repo / "docs" / "trainer.md", "trainer.md")
     assert out == "```md\n[the bench](../bench/speed.py)\n```\nthe bench (`bench/speed.py`)\n"
+
+
+def test_the_configuration_page_lists_every_env_setting_but_the_trainers():
+    from corrgrpo_envs.registry import env_settings
+
+    page = reference_pages.config_markdown()
+    settings = env_settings()
+    assert set(settings) == {"corrgrpo/AgentDojo-v0", "corrgrpo/Code-v0", "corrgrpo/ScaleDominance-v0",
+                             "corrgrpo/ToolCall-v0"}
+    for env_id, entries in settings.items():
+        section = page.split(f"### `{env_id}`\n", 1)[1].split("\n### ", 1)[0]
+        for s in entries:
+            owned = s.key in ("env.split", "env.max_turns", "env.reward_weights")
+            assert (f"`{s.key}`\n:   " in section) != owned, (env_id, s.key)
+    assert "`env.num_tasks`\n:   integer; allowed: >= 1; default `64`" in page

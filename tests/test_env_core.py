@@ -250,7 +250,7 @@ def test_make_entry_points(tmp_path, monkeypatch):
 
 def test_env_yaml_with_a_duplicated_key_is_rejected(tmp_path):
     from corrgrpo_envs.registry import load_env_config
-    from corrgrpo_envs.yaml_files import DuplicateKeyError
+    from corrgrpo_registry.yaml_files import DuplicateKeyError
 
     path = tmp_path / "twice.yaml"
     path.write_text("env:\n  id: corrgrpo/ScaleDominance-v0\n  num_tasks: 4\n  num_tasks: 5\n")

@@ -148,8 +148,8 @@ def test_the_option_reaches_the_policy_and_defaults_on(tiny):
 
 
 def test_the_option_refuses_a_non_boolean():
+    from corrgrpo_registry.settings import ConfigError
     from trainer.config import config_from_dict
-    from trainer.settings import ConfigError
 
     with pytest.raises(ConfigError, match="rollout.hf_share_prompts"):
         config_from_dict({"rollout": {"hf_share_prompts": "sometimes"}})

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import re
 from pathlib import Path
 
 import pytest
@@ -56,12 +55,12 @@ def test_no_file_name_is_an_installed_package(folder):
 def test_benchmarks_and_studies_are_not_shipped():
     from fnmatch import fnmatch
 
-    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    found = re.search(r"\[tool\.setuptools\.packages\.find\]\ninclude = \[(.*?)\]", text)
-    assert found, "pyproject.toml has no [tool.setuptools.packages.find] include list"
-    include = re.findall(r'"([^"]+)"', found.group(1))
+    import tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        include = tomllib.load(f)["tool"]["setuptools"]["packages"]["find"]["include"]
 
     for folder in RUN_AS_MODULES:
         assert not any(fnmatch(folder, pattern) for pattern in include), (folder, include)
     assert all(any(fnmatch(p, pattern) for pattern in include)
-               for p in ("corrgrpo_registry", "corrgrpo_envs", "agents", "trainer"))
+               for p in ("corrgrpo_registry", "corrgrpo_sandbox", "corrgrpo_envs", "agents", "trainer"))

@@ -105,7 +105,7 @@ def test_every_kind_uses_it():
     from trainer.losses import LOSSES
 
     assert {"grpo", "corrgrpo"} <= set(ESTIMATORS.names())
-    assert LOSSES.names() == ["cispo", "dapo", "dr_grpo", "grpo", "gspo"]
+    assert LOSSES.names() == ["cispo", "dapo", "dr_grpo", "grpo", "gspo", "sft"]
     assert ENGINES.names() == ["hf", "server", "vllm"]
     assert "corrgrpo/ScaleDominance-v0" in ENVS and ENVS.names() == corrgrpo_envs.registered_ids()
     assert "toy" in ENVS.metadata("corrgrpo/ScaleDominance-v0")["description"]
@@ -142,3 +142,153 @@ def test_a_rollout_backend_may_be_an_entry_point():
     assert cfg.rollout.backend == "trainer.engines:HFEngine"
     with pytest.raises(ConfigError, match="rollout.backend: rollout backend entry point 'no_such_mod_qq:E'"):
         load_config(ROOT / "env_configs" / "quickstart.yaml", ["rollout.backend=no_such_mod_qq:E"])
+
+
+# ------------------------------------------------------------------ env ids: one resolver
+USER_ENV = """
+from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
+from corrgrpo_envs.tasks import Task, TaskSource
+
+class UserEnv(MultiRewardEnv):
+    def __init__(self, n=3, max_turns=1, **kwargs):
+        super().__init__(TaskSource([Task(f"u{i}") for i in range(n)]), ("a",), (0,), (1,), **kwargs)
+        self.max_turns = max_turns
+
+    def _observe_task(self, task):
+        return {"messages": [{"role": "user", "content": task.id}], "tools": []}
+
+    def _act(self, action):
+        return StepOutcome(rewards={"a": 1.0})
+
+NOT_CALLABLE = 3
+"""
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "resolver_user_env.py").write_text(USER_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "resolver_user_env"
+    sys.modules.pop("resolver_user_env", None)
+
+
+def test_a_registered_id_resolves_without_importing_its_module():
+    from corrgrpo_envs.registry import resolve
+
+    r = resolve("corrgrpo/ScaleDominance-v0")
+    assert (r.kind, r.id, r.entry_point) == ("registered", "corrgrpo/ScaleDominance-v0",
+                                             "corrgrpo_envs.toy.env:ScaleDominanceEnv")
+    assert r.urls == () and r.section is None and r.path is None and r.target is None
+    assert r.factory().__name__ == "ScaleDominanceEnv"
+    env = r.make(num_tasks=3)
+    assert env.spec.id == "corrgrpo/ScaleDominance-v0" and len(env.unwrapped.task_ids) == 3
+
+
+def test_an_entry_point_resolves_to_its_class_and_its_parameters(user_module):
+    from corrgrpo_envs.registry import resolve
+
+    r = resolve(f"{user_module}:UserEnv")
+    assert r.kind == "entry_point" and r.factory().__name__ == "UserEnv" and r.settings_class() is None
+    assert r.accepts("max_turns") and r.accepts("n") and not r.accepts("nope")
+    env = r.make(n=5, max_turns=2)  # no settings class: keyword arguments go through as they are
+    assert env.spec.id == f"{user_module}:UserEnv" and len(env.unwrapped.task_ids) == 5
+    assert env.unwrapped.max_turns == 2
+
+
+def test_a_yaml_file_resolves_to_the_env_its_section_names(tmp_path, user_module):
+    from corrgrpo_envs.registry import resolve
+
+    path = tmp_path / "user.yaml"
+    path.write_text(f"env:\n  id: {user_module}:UserEnv\n  n: 4\n")
+    r = resolve(str(path))
+    assert (r.kind, r.id, r.path) == ("yaml", f"{user_module}:UserEnv", path)
+    assert r.section == {"id": f"{user_module}:UserEnv", "n": 4} and dict(r.kwargs) == {"n": 4}
+    assert r.target is not None and r.target.kind == "entry_point" and r.accepts("max_turns")
+    assert len(r.make().unwrapped.task_ids) == 4
+    assert len(r.make(n=2).unwrapped.task_ids) == 2  # overrides win over the file
+    shipped = resolve("scale_dominance.yaml")  # a name in env_configs/
+    assert shipped.kind == "yaml" and shipped.target.kind == "registered"
+
+
+def test_openenv_servers_resolve_to_their_urls_without_a_connection():
+    from corrgrpo_envs.registry import resolve
+
+    r = resolve("openenv://127.0.0.1:1,openenv://127.0.0.1:2")
+    assert r.kind == "openenv" and r.urls == ("http://127.0.0.1:1", "http://127.0.0.1:2")
+    assert dict(r.kwargs) == {"url": "openenv://127.0.0.1:1,openenv://127.0.0.1:2"}
+    assert r.factory().__name__ == "OpenEnvEnv" and r.accepts("max_turns")
+    listed = resolve(["openenv://127.0.0.1:1", "openenv://127.0.0.1:2"])
+    assert listed.id == r.id and listed.urls == r.urls
+
+
+@pytest.mark.parametrize("given, error, says", [
+    ("corrgrpo/Nope-v0", ValueError, r"unknown env id 'corrgrpo/Nope-v0'; registered: .*corrgrpo/ToolCall-v0"),
+    ("not an id", ValueError, r"or give an entry point 'package.module:attribute'"),
+    ("no_such_module_qq:Env", ModuleNotFoundError, "no_such_module_qq"),
+    ("resolver_user_env:Nope", AttributeError, r"module 'resolver_user_env' has no attribute 'Nope'"),
+    ("resolver_user_env:NOT_CALLABLE", TypeError, r"is not a class or a factory: 3"),
+    ("nowhere-config.yaml", FileNotFoundError, r"config 'nowhere-config.yaml' not found"),
+    (["corrgrpo/ToolCall-v0"], ValueError, r"a list must hold openenv://HOST:PORT addresses"),
+    ([], ValueError, r"a list must hold openenv://HOST:PORT addresses"),
+    ("openenv://", ValueError, r"not an OpenEnv server address: 'openenv://'"),
+    ("openenv://a:1,ftp://b:2", ValueError, r"not an OpenEnv server address"),
+])
+def test_each_bad_id_is_one_error_naming_it(given, error, says, user_module):
+    from corrgrpo_envs.registry import check_id, resolve
+
+    with pytest.raises(error, match=says):
+        resolve(given)
+    with pytest.raises((ValueError, FileNotFoundError)) as info:  # check_id: one line for a command
+        check_id(given)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("env:\n  n: 4\n", r"bad.yaml: needs an 'env:' section with an 'id' key"),
+    ("- a\n- b\n", r"bad.yaml: expected a mapping at the top level"),
+    ("env:\n  id: other.yaml\n", r"bad.yaml: env.id must be an env id or an entry point, not a config"),
+    ("env:\n  id: 3\n", r"bad.yaml: env.id must be an env id, an entry point or openenv://HOST:PORT"),
+    ("env:\n  id: corrgrpo/Nope-v0\n", r"bad.yaml: env.id: unknown env id 'corrgrpo/Nope-v0'"),
+    ("env:\n  id: a\n  id: b\n", r"bad.yaml:3: duplicate key 'id' \(first set on line 2\)"),
+    ("env:\n  id: [unclosed\n", r"bad.yaml:3: not valid YAML"),
+    ("env:\n  id: corrgrpo/ScaleDominance-v0\n  import: [no_such_module_qq]\n",
+     r"bad.yaml: env.import: cannot import 'no_such_module_qq'"),
+])
+def test_a_bad_yaml_file_is_a_config_error_naming_the_file(tmp_path, text, says):
+    from corrgrpo_envs.registry import resolve
+    from corrgrpo_registry.settings import ConfigError
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=says):
+        resolve(str(path))
+
+
+def test_an_oversized_or_binary_yaml_file_is_refused_before_parsing(tmp_path):
+    from corrgrpo_envs.registry import resolve
+    from corrgrpo_registry.settings import ConfigError
+    from corrgrpo_registry.yaml_files import MAX_YAML_BYTES
+
+    big = tmp_path / "big.yaml"
+    big.write_text("#" * (MAX_YAML_BYTES + 1))
+    with pytest.raises(ConfigError, match=r"big.yaml: larger than 4 MiB"):
+        resolve(str(big))
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"env:\n  id: \xff\xfe\n")
+    with pytest.raises(ConfigError, match=r"bin.yaml:2: not UTF-8 text"):
+        resolve(str(binary))
+
+
+def test_no_other_module_reads_env_ids():
+    """Env ids are read by the resolver alone: no other module parses ``openenv://`` or reads
+    Gymnasium's registry (the OpenEnv client parses the addresses it is given)."""
+    import re
+
+    pattern = re.compile(r"""startswith\(\s*["']openenv://|gym\.registry|gym\.spec\(|gymnasium\.registry""")
+    offenders = [
+        str(path.relative_to(ROOT))
+        for package in ("corrgrpo_envs", "trainer", "agents", "corrgrpo_registry")
+        for path in (ROOT / package).rglob("*.py")
+        if path.name != "registry.py" and pattern.search(path.read_text())
+    ]
+    assert offenders == []

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from corrgrpo_registry.settings import describe
 from trainer.config import (
     MOVED_KEYS,
     Config,
@@ -19,7 +20,6 @@ from trainer.config import (
     RunConfig,
     load_config,
 )
-from trainer.settings import describe
 from trainer.sft import SFTConfig, load_sft_config
 
 
@@ -145,3 +145,29 @@ def test_env_id_rules_are_the_same_in_both_commands():
             build({"env": {"id": ["corrgrpo/ToolCall-v0"]}})
         with pytest.raises(ConfigError, match="env.id: expected an env id"):
             build({"env": {"id": 3}})
+
+
+def test_the_settings_live_on_the_ground_floor_with_the_standard_library_only():
+    """``corrgrpo_envs`` declares env settings with it and may not import ``trainer``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, corrgrpo_registry.settings; "
+            "print(sorted(m for m in ('yaml', 'gymnasium', 'numpy', 'torch', 'trainer', 'corrgrpo_envs') "
+            "if m in sys.modules))")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    with pytest.raises(ModuleNotFoundError):
+        __import__("trainer.settings")
+
+
+def test_the_config_errors_are_one_config_error():
+    from corrgrpo_registry.yaml_files import DuplicateKeyError
+    from trainer.losses import LossConfigError
+    from trainer.reward_weights import WeightSpecError
+
+    for cls in (DuplicateKeyError, LossConfigError, WeightSpecError):
+        assert issubclass(cls, ConfigError), cls
+    assert LossConfigError("clip_low", "clip_low: bad").key == "clip_low"

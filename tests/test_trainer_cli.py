@@ -102,7 +102,9 @@ def test_unknown_env_id_is_one_error_line_before_any_model_loads(capsys, monkeyp
     monkeypatch.setattr(trainer.trainer, "Trainer", no_trainer)
     assert main(["train", "env_configs/quickstart.yaml", "env.id=corrgrpo/NoSuch-v0"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: unknown env id 'corrgrpo/NoSuch-v0'") and "Traceback" not in err
+    # the error names the override that set the id, like every other key's error
+    assert err.startswith("error: override 'env.id=corrgrpo/NoSuch-v0': env.id: unknown env id "
+                          "'corrgrpo/NoSuch-v0'; registered: ") and "Traceback" not in err
     assert main(["train", "env_configs/quickstart.yaml", "env.id=no_such_pkg.envs:Env"]) == 2
     err = capsys.readouterr().err
     assert "cannot import 'no_such_pkg'" in err and "working directory" in err

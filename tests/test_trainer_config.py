@@ -120,7 +120,7 @@ def test_duplicated_yaml_key_names_file_key_and_line(tmp_path):
 def test_env_configs_have_no_duplicated_keys():
     from pathlib import Path
 
-    from trainer.config import load_yaml
+    from corrgrpo_registry.yaml_files import load_yaml
 
     for path in sorted((Path(__file__).resolve().parents[1] / "env_configs").rglob("*.yaml")):
         load_yaml(path)  # raises on a duplicated key

@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("trainer.commands.plot", "plot one or more training runs"),
     "advise": ("trainer.commands.advise", "known conditions in runs' diagnostics and what to try"),
     "sweep": ("trainer.commands.sweep", "a grid of reward weightings x seeds x estimators, and its Pareto front"),
-    "redteam": ("trainer.commands.redteam", "every known attack (sandbox, judge, paste, OpenEnv) against this machine"),
+    "redteam": ("corrgrpo_envs.redteam.command", "every known attack (sandbox, judge, paste, OpenEnv) against this machine"),
     "code": ("corrgrpo_envs.code.commands", "code domain utilities (reference runtimes)"),
 }
 

@@ -25,11 +25,10 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
-from corrgrpo_envs.yaml_files import DuplicateKeyError
-from corrgrpo_envs.yaml_files import load_yaml as load_strict_yaml
+from corrgrpo_registry.settings import ConfigError, Range, build, check_moved, num_field, validate
+from corrgrpo_registry.yaml_files import key_lines, load_yaml
 from trainer.lora import LoraConfig
 from trainer.loss_aggregation import AGG_MODES
-from trainer.settings import ConfigError, Range, build, check_moved, num_field, validate
 
 __all__ = [
     "Config",
@@ -48,7 +47,6 @@ __all__ = [
     "num_field",
     "load_config",
     "load_settings",
-    "load_yaml",
     "read_config_data",
     "read_config_source",
     "config_from_dict",
@@ -325,9 +323,11 @@ class TrainConfig(RunConfig):
 @dataclass
 class Config:
     env: dict[str, Any] = field(default_factory=lambda: {"id": "corrgrpo/ScaleDominance-v0"})
-    """The environment: ``id`` (a registered id or ``package.module:Class``) plus its keyword
-    arguments; ``split``, ``max_turns`` and ``reward_weights`` belong to the trainer. ``import``:
-    modules to import first (e.g. ``[mypkg.envs]``, whose import registers ``myorg/Polite-v0``)."""
+    """The environment: ``id`` (a registered id, ``package.module:Class`` or
+    ``openenv://HOST:PORT``) plus its keyword arguments, checked against the env's settings
+    when it declares them (the built-in envs' keys are listed below); ``split``, ``max_turns``
+    and ``reward_weights`` belong to the trainer. ``import``: modules to import first (e.g.
+    ``[mypkg.envs]``, whose import registers ``myorg/Polite-v0``)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -337,7 +337,7 @@ class Config:
     """Name of the run (default: the config file's stem)."""
 
     def check_rules(self) -> None:
-        """The rules that relate settings (run by :func:`trainer.settings.validate`)."""
+        """The rules that relate settings (run by :func:`corrgrpo_registry.settings.validate`)."""
         check_env_section(self.env, MOVED_KEYS, "e.g. corrgrpo/ScaleDominance-v0")
         _check_rewards(self)
         _check_plugins(self)
@@ -408,24 +408,47 @@ def import_env_modules(env: dict[str, Any]) -> list[str]:
 
 
 def check_env_section(env: dict[str, Any], moved: dict[str, str], needs_id: str | None) -> None:
-    """The ``env`` section has an ``id`` (``needs_id``: why, or None when it need not) and no key
-    that belongs to the trainer. A list of ``openenv://HOST:PORT`` ids (OpenEnv servers) becomes
-    one id, the servers comma-separated. The modules of ``env.import`` are imported here, before
-    anything resolves the id (:func:`import_env_modules`)."""
+    """The ``env`` section has an ``id`` (``needs_id``: why, or None when it need not) that
+    resolves (:func:`corrgrpo_envs.registry.resolve`), no key that belongs to the trainer, and,
+    for an env with a settings class, keys and values its settings allow (``env.<key>``
+    errors). A list of ``openenv://HOST:PORT`` ids (OpenEnv servers) becomes one id, the
+    servers comma-separated. The modules of ``env.import`` are imported first, so that the ids
+    their import registers resolve (:func:`import_env_modules`)."""
     import_env_modules(env)
     if needs_id and "id" not in env:
         raise ConfigError(f"env: needs an 'id' key ({needs_id})", "env")
+    for key in env:
+        check_moved(f"env.{key}", moved)
     env_id = env.get("id")
-    if isinstance(env_id, list):
-        if not env_id or not all(isinstance(u, str) and u.startswith("openenv://") for u in env_id):
-            raise ConfigError(f"env.id: a list must hold openenv://HOST:PORT addresses, got {env_id!r}", "env.id")
-        env["id"] = ",".join(env_id)
-    elif env_id is not None and not isinstance(env_id, str):
+    if env_id is None:
+        return
+    if not isinstance(env_id, (str, list)):
         raise ConfigError(
             f"env.id: expected an env id, an entry point or openenv://HOST:PORT, got {env_id!r}", "env.id"
         )
-    for key in env:
-        check_moved(f"env.{key}", moved)
+    resolved = resolve_env(env_id)
+    if isinstance(env_id, list):
+        env["id"] = resolved.id  # the servers, comma-separated
+    resolved.build_settings(env_constructor_kwargs(env), "env", moved)
+
+
+def resolve_env(env_id: Any) -> Any:
+    """:func:`corrgrpo_envs.registry.resolve` of ``env.id``, its errors as one ``env.id``
+    :class:`ConfigError` (an unknown id, a module that does not import, a bad address)."""
+    from corrgrpo_envs.registry import resolve
+
+    try:
+        return resolve(env_id)
+    except ConfigError:
+        raise
+    except ImportError as exc:
+        raise ConfigError(
+            f"env.id: entry point {env_id!r}: cannot import {exc.name or str(env_id).split(':')[0]!r} "
+            f"({exc}); the module must be importable from the working directory or PYTHONPATH",
+            "env.id",
+        ) from None
+    except (ValueError, AttributeError, TypeError, FileNotFoundError) as exc:
+        raise ConfigError(f"env.id: {exc}", "env.id") from None
 
 
 def _check_rewards(cfg: Config) -> None:
@@ -546,29 +569,6 @@ def apply_overrides(
     return data
 
 
-def load_yaml(path: str | Path) -> Any:
-    """Parse a YAML file safely; a key repeated in one mapping is a :class:`ConfigError`."""
-    try:
-        return load_strict_yaml(path)
-    except DuplicateKeyError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def yaml_key_lines(path: str | Path) -> dict[str, int]:
-    """The line of every key of a YAML file's nested mappings, by dotted key (``optim.lr``)."""
-    lines: dict[str, int] = {}
-
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
-                lines[key] = key_node.start_mark.line + 1
-                walk(value_node, key)
-
-    walk(yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader), "")
-    return lines
-
-
 def read_config_source(
     path: str | Path | None, overrides: list[str] | None = None, default_name: str = "run"
 ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -588,7 +588,7 @@ def read_config_source(
         if not isinstance(data, dict):
             raise ConfigError(f"{resolved}: expected a mapping at the top level")
         name = resolved.stem
-        origins = {key: f"{resolved}:{line}" for key, line in yaml_key_lines(resolved).items()}
+        origins = {key: f"{resolved}:{line}" for key, line in key_lines(resolved).items()}
         origins[""] = str(resolved)
     data.setdefault("name", name)
     return apply_overrides(data, overrides or [], origins), origins

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.settings import Range, num_field, validate
+from corrgrpo_registry.settings import Range, num_field, validate
 
 __all__ = [
     "LoraConfig",

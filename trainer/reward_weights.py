@@ -26,12 +26,14 @@ from typing import Any
 
 import numpy as np
 
+from corrgrpo_registry.settings import ConfigError
+
 __all__ = ["RewardWeights", "Schedule", "check_reward_weights", "resolve_reward_weights"]
 
 KEY = "algorithm.reward_weights"
 
 
-class WeightSpecError(ValueError):
+class WeightSpecError(ConfigError):
     """A reward weight or schedule is not allowed (the message names the key)."""
 
 

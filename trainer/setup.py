@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -23,8 +22,8 @@ import numpy as np
 import torch
 
 from agents.policy import SamplingParams
+from corrgrpo_envs.registry import resolve
 from corrgrpo_envs.vector import GroupedVectorEnv
-from corrgrpo_registry import load_entry_point
 from trainer.config import Config, env_constructor_kwargs
 from trainer.losses import LossConfig, get_loss, resolve_loss_config
 from trainer.reward_weights import RewardWeights, resolve_reward_weights
@@ -40,41 +39,20 @@ __all__ = [
 ]
 
 
-def _env_factory(env_id: str) -> Callable[..., Any] | None:
-    """The class or factory behind a registered id or a ``package.module:attribute`` id."""
-    try:
-        if env_id.startswith("openenv://"):
-            from corrgrpo_envs.integrations.openenv_client import OpenEnvEnv
-
-            return OpenEnvEnv
-        if env_id in gym.registry:
-            entry = gym.spec(env_id).entry_point
-            return load_entry_point(entry) if isinstance(entry, str) else entry
-        if ":" in env_id:
-            return load_entry_point(env_id)
-    except (ImportError, AttributeError, ValueError):
-        return None  # make() reports it with its own message
-    return None
-
-
-def _takes(factory: Callable[..., Any] | None, name: str) -> bool:
-    if factory is None:
-        return False
-    try:
-        return name in inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def env_kwargs(cfg: Config, split: str | None = None) -> dict[str, Any]:
     """Keyword arguments of every env: the ``env`` section, the trainer's split and turn limit.
 
-    ``split`` defaults to ``train.split``; ``rollout.max_turns`` goes to envs whose
-    constructor has a ``max_turns`` parameter (so the env's own limit is the trainer's).
+    ``split`` defaults to ``train.split``; ``rollout.max_turns`` goes to envs that take a
+    ``max_turns`` setting (a field of their settings class, else a constructor parameter), so
+    the env's own limit is the trainer's.
     """
     kwargs = env_constructor_kwargs(cfg.env)
     kwargs["split"] = split or cfg.train.split
-    if _takes(_env_factory(cfg.env["id"]), "max_turns"):
+    try:
+        takes_max_turns = resolve(cfg.env["id"]).accepts("max_turns")
+    except (ValueError, ImportError, AttributeError, TypeError, FileNotFoundError):
+        takes_max_turns = False  # making the env reports it, in its own words
+    if takes_max_turns:
         kwargs["max_turns"] = cfg.rollout.max_turns
     return kwargs
 

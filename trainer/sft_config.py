@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from corrgrpo_registry.settings import Range, build, num_field, validate
 from trainer.config import (
     ConfigError,
     ModelConfig,
@@ -18,7 +19,6 @@ from trainer.config import (
     check_env_section,
     load_settings,
 )
-from trainer.settings import Range, build, num_field, validate
 
 __all__ = [
     "SFTConfig",
@@ -90,7 +90,7 @@ class SFTConfig:
     """Name of the run (default: the config file's stem)."""
 
     def check_rules(self) -> None:
-        """The rules that relate settings (run by :func:`trainer.settings.validate`)."""
+        """The rules that relate settings (run by :func:`corrgrpo_registry.settings.validate`)."""
         check_env_section(self.env, SFT_MOVED_KEYS, "data.source=env" if self.data.source == "env" else None)
         if self.data.source == "file" and not self.data.files:
             raise ConfigError("data.files: [] is not allowed with data.source=file; allowed: one or more "

@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from trainer.config import Config, load_config, load_yaml
+from corrgrpo_registry.yaml_files import load_yaml
+from trainer.config import Config, load_config
 from trainer.pareto import hypervolume, interval, non_dominated, percent_of_range, plot_front
 
 __all__ = ["SweepRun", "parse_weights", "plan_runs", "run_sweep", "simplex", "write_front"]

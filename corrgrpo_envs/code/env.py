@@ -4,7 +4,7 @@ Single turn: the observation is the problem as a user message, the action is
 the model's answer (a fenced python block), and the reward vector is
 ``format, syntax, compile, runtime, correct, ast_similarity, efficiency``
 (:mod:`corrgrpo_envs.code.rewards`, ``docs/code.md``). ``prompt + code`` runs
-in a sandbox (:mod:`corrgrpo_envs.sandbox`) that calls the entry point on the
+in a sandbox (:mod:`corrgrpo_sandbox`) that calls the entry point on the
 problem's test inputs; the data set's check judges the returned values on the
 host (:mod:`corrgrpo_envs.code.verdicts`).
 """
@@ -26,9 +26,9 @@ from corrgrpo_envs.code.references import ReferenceTimes, default_cache_dir
 from corrgrpo_envs.code.verdicts import Verdicts, candidate_program, measured_seconds
 from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
 from corrgrpo_envs.metrics import EpisodeRecord
-from corrgrpo_envs.sandbox import Limits, Sandbox, SandboxPool, make_sandbox
-from corrgrpo_envs.sandbox.cgroups import cpu_unavailable_reason
 from corrgrpo_envs.tasks import Task
+from corrgrpo_sandbox import Limits, Sandbox, SandboxPool, make_sandbox
+from corrgrpo_sandbox.cgroups import cpu_unavailable_reason
 
 __all__ = ["CodeEnv", "EFFICIENCY_MODES"]
 

@@ -3,7 +3,7 @@ set's own check (see :mod:`corrgrpo_envs.code.verdicts` for the whole design).
 
 The check runs here, in a fresh namespace, against a *replay* function: call ``k``
 must have the planned arguments and gets the candidate's recorded value ``k`` back,
-decoded from data by :func:`corrgrpo_envs.sandbox.calls.decode` under its bounds
+decoded from data by :func:`corrgrpo_sandbox.calls.decode` under its bounds
 (a record whose value is over them is ``judge:bound``). Everything here is linear
 in the record's text except what the check itself does with the values; the
 training process runs it in a worker under a CPU-time deadline
@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from corrgrpo_envs.sandbox.calls import (
+from corrgrpo_sandbox.calls import (
     CallRecord,
     NotPlain,
     OverBound,
@@ -30,8 +30,8 @@ from corrgrpo_envs.sandbox.calls import (
 )
 
 if TYPE_CHECKING:
-    from corrgrpo_envs.sandbox import RunResult
     from corrgrpo_envs.tasks import Task
+    from corrgrpo_sandbox import RunResult
 
 __all__ = ["BOUND_STATUS", "CHECK_ENV_SOURCE", "HOST_STATUSES", "CallPlan", "judge"]
 

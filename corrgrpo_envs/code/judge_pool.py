@@ -1,7 +1,7 @@
 """The host-side judge in worker processes, under a CPU-time deadline.
 
 :func:`corrgrpo_envs.code.judge.judge` runs the data set's check on decoded
-values. The decode is bounded (:func:`corrgrpo_envs.sandbox.calls.decode`), but a
+values. The decode is bounded (:func:`corrgrpo_sandbox.calls.decode`), but a
 check is arbitrary code: ``set()`` of a list of integers that all hash alike, or a
 ``repr`` of a big value, is one C-level loop that holds the GIL, so no thread of
 the training process could interrupt it. Here the judge runs in a small pool of
@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any
 from corrgrpo_envs.code.judge import BOUND_STATUS, CallPlan
 
 if TYPE_CHECKING:
-    from corrgrpo_envs.sandbox import RunResult
     from corrgrpo_envs.tasks import Task
+    from corrgrpo_sandbox import RunResult
 
 __all__ = ["JUDGE_CPU_SECONDS", "JudgePool", "shared_pool"]
 
@@ -68,16 +68,17 @@ _HEADER = struct.Struct(">I")
 _POLL_SECONDS = 0.01
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
-# Started as ``python -c _BOOT <folder of corrgrpo_envs> <the host's sys.path as JSON>``: the
-# check imports what it would have imported in the host; empty package modules stand in for
-# corrgrpo_envs, .code and .sandbox, so importing the judge runs none of their __init__ files
-# (they pull in gymnasium and numpy: half a second per worker).
+# Started as ``python -c _BOOT <folder holding corrgrpo_envs> <the host's sys.path as JSON>``:
+# the check imports what it would have imported in the host; empty package modules stand in for
+# corrgrpo_envs, corrgrpo_envs.code and corrgrpo_sandbox, so importing the judge runs none of
+# their __init__ files (they pull in gymnasium and numpy: half a second per worker).
 _BOOT = r"""
 import json, sys, types
 root = sys.argv[1]
 sys.path[:] = json.loads(sys.argv[2])
-for name, folder in (("corrgrpo_envs", ""), ("corrgrpo_envs.code", "/code"),
-                     ("corrgrpo_envs.sandbox", "/sandbox")):
+for name, folder in (("corrgrpo_envs", "/corrgrpo_envs"),
+                     ("corrgrpo_envs.code", "/corrgrpo_envs/code"),
+                     ("corrgrpo_sandbox", "/corrgrpo_sandbox")):
     module = types.ModuleType(name)
     module.__path__ = [root + folder]
     sys.modules[name] = module
@@ -116,8 +117,8 @@ def serve() -> None:
     import resource
 
     from corrgrpo_envs.code.judge import judge
-    from corrgrpo_envs.sandbox.calls import NotPlain
     from corrgrpo_envs.tasks import Task
+    from corrgrpo_sandbox.calls import NotPlain
 
     # The protocol keeps its own copies of fds 0 and 1; a check that prints or reads gets
     # /dev/null instead of the pipes.
@@ -190,7 +191,7 @@ def _cpu_seconds(pid: int) -> float | None:
 
 class _Worker:
     def __init__(self):
-        root = str(Path(__file__).resolve().parents[1])
+        root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONHASHSEED="random")  # string hashes the program cannot predict
         self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, root, json.dumps(sys.path)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)

@@ -29,7 +29,7 @@ from typing import Any
 
 from corrgrpo_envs.code.judge import BOUND_STATUS, CallPlan
 from corrgrpo_envs.code.judge_pool import JudgePool
-from corrgrpo_envs.sandbox.calls import encode
+from corrgrpo_sandbox.calls import encode
 
 __all__ = ["HOST_CPU_BUDGET", "PROBES", "SHARED_TUPLE_DAG_ANSWER", "colliding_hash_answer"]
 

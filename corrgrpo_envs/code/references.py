@@ -19,8 +19,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from corrgrpo_envs.sandbox import Limits, RunResult, Sandbox
-from corrgrpo_envs.sandbox.cgroups import cpu_accounting
+from corrgrpo_sandbox import Limits, RunResult, Sandbox
+from corrgrpo_sandbox.cgroups import cpu_accounting
 
 __all__ = ["ReferenceTimes", "default_cache_dir", "machine_hash", "measured_seconds", "timing_kind",
            "CACHE_ENV_VAR"]

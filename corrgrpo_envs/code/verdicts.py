@@ -5,7 +5,7 @@ A candidate never runs next to its tests. Per problem, once:
 1. **Plan** (sandbox, trusted code only): the reference solution runs under the
    data set's own ``check`` with a recorder in place of the candidate; the
    recorder keeps the arguments of every call as plain data
-   (:mod:`corrgrpo_envs.sandbox.calls`). That list of inputs is the plan.
+   (:mod:`corrgrpo_sandbox.calls`). That list of inputs is the plan.
 
 Per answer:
 
@@ -25,7 +25,7 @@ Per answer:
 ``random`` is private and seeded (``Random(0)``) inside every check namespace,
 in the plan and in the verdict, so checks that draw random inputs draw the same
 ones. Timing is the CPU time the kernel counted for the candidate's processes
-(:attr:`~corrgrpo_envs.sandbox.RunResult.cpu_seconds`), or the host's wall time
+(:attr:`~corrgrpo_sandbox.RunResult.cpu_seconds`), or the host's wall time
 where a backend cannot see it.
 """
 
@@ -46,9 +46,9 @@ from corrgrpo_envs.code.judge import (
 )
 from corrgrpo_envs.code.references import measured_seconds
 from corrgrpo_envs.code.rewards import parse_python
-from corrgrpo_envs.sandbox import Limits, Sandbox
-from corrgrpo_envs.sandbox.calls import PLAIN_SOURCE, calls_program
 from corrgrpo_envs.tasks import Task
+from corrgrpo_sandbox import Limits, Sandbox
+from corrgrpo_sandbox.calls import PLAIN_SOURCE, calls_program
 
 __all__ = ["BOUND_STATUS", "CallPlan", "Verdicts", "candidate_program", "judge", "measured_seconds",
            "prompt_classes", "HOST_STATUSES"]

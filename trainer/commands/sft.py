@@ -10,9 +10,10 @@ from trainer.commands import add_config_arguments, run_training
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trainer.sft_config import SFTConfig
+    from trainer.sft_config import SFT_MOVED_KEYS, SFTConfig
 
-    add_config_arguments(parser, "optim.lr=1e-4 train.steps=200 model.lora.r=16", defaults=SFTConfig())
+    add_config_arguments(parser, "optim.lr=1e-4 train.steps=200 model.lora.r=16", defaults=SFTConfig(),
+                         env_moved=SFT_MOVED_KEYS)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,9 +11,10 @@ from trainer.commands import add_config_arguments, run_training
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trainer.config import Config
+    from trainer.config import MOVED_KEYS, Config
 
-    add_config_arguments(parser, "algorithm.estimator=grpo train.seed=3", defaults=Config())
+    add_config_arguments(parser, "algorithm.estimator=grpo train.seed=3", defaults=Config(),
+                         env_moved=MOVED_KEYS)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,196 @@
+"""Each built-in env declares its keyword arguments as settings: checked on ``make`` and in a
+run config's ``env:`` section with the errors of every other key, listed by ``--help``."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+import corrgrpo_envs
+from corrgrpo_envs.core import MultiRewardEnv
+from corrgrpo_envs.registry import resolve
+from corrgrpo_envs.settings import EnvSettings
+from corrgrpo_registry.settings import ConfigError
+
+DOMAINS = {
+    "corrgrpo/ScaleDominance-v0": "toy",
+    "corrgrpo/ToolCall-v0": "toolcall",
+    "corrgrpo/Code-v0": "code",
+    "corrgrpo/AgentDojo-v0": "agentdojo",
+}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+@pytest.mark.parametrize("env_id", sorted(DOMAINS))
+def test_the_settings_are_the_constructors_parameters_with_its_defaults(env_id):
+    resolved = resolve(env_id)
+    settings, factory = resolved.settings_class(), resolved.factory()
+    assert settings.__module__ == f"corrgrpo_envs.{DOMAINS[env_id]}.settings"
+    assert issubclass(settings, EnvSettings) and resolved.settings == f"{settings.__module__}:{settings.__name__}"
+    params = dict(inspect.signature(factory).parameters)
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):  # the rest goes to MultiRewardEnv
+        base = inspect.signature(MultiRewardEnv.__init__).parameters
+        params.update({name: base[name] for name in ("max_action_chars", "render_mode")})
+    params = {k: p for k, p in params.items() if p.kind is not p.VAR_KEYWORD}
+    defaults = settings()
+    assert {f.name for f in dataclasses.fields(settings)} == set(params)
+    for name, param in params.items():
+        assert getattr(defaults, name) == _plain(param.default), name
+
+
+def test_every_domain_folder_has_the_same_shape():
+    for domain in DOMAINS.values():
+        assert (ROOT / "corrgrpo_envs" / domain / "settings.py").is_file(), domain
+        assert (ROOT / "corrgrpo_envs" / domain / "env.py").is_file(), domain
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ({"letterz": "b"}, r"^corrgrpo/ScaleDominance-v0: unknown key 'letterz'; allowed keys: dataset, "),
+    ({"num_tasks": "4"}, r"^corrgrpo/ScaleDominance-v0: num_tasks: expected an integer, got '4'$"),
+    ({"num_tasks": 0}, r"^corrgrpo/ScaleDominance-v0: num_tasks: 0 is out of range; allowed: >= 1$"),
+    ({"rewards": "nope"}, r"rewards: 'nope' is not allowed; allowed values: one of 'default', 'anchor'"),
+    ({"scales": [1.0, 2.0]}, r"scales: \[1.0, 2.0\] has 2 entries; allowed: exactly 3"),
+    ({"split": "test"}, r"split: 'test' is not allowed; allowed values: one of 'train', 'eval', 'all'"),
+])
+def test_make_checks_the_keyword_arguments_against_the_settings(kwargs, says):
+    with pytest.raises(ConfigError, match=says):
+        corrgrpo_envs.make("corrgrpo/ScaleDominance-v0", **kwargs)
+
+
+def test_make_still_takes_python_objects_and_coerces_numbers():
+    from corrgrpo_envs.tasks import Task, TaskSource
+
+    source = TaskSource([Task("t0", {"prompt": "hi"}), Task("t1", {"prompt": "ho"})], name="two")
+    env = corrgrpo_envs.make("corrgrpo/ScaleDominance-v0", dataset=source, scales=(1, 2, 3))
+    assert env.unwrapped.task_ids == ["t0", "t1"] and env.unwrapped.scales.tolist() == [1.0, 2.0, 3.0]
+    tool = corrgrpo_envs.make("corrgrpo/ToolCall-v0", num_tasks=4, seed=1, rules="strict")
+    assert len(tool.unwrapped.task_ids) == 4 and tool.unwrapped.rules == "strict"
+    with pytest.raises(ConfigError, match=r"corrgrpo/Code-v0: timeout: -1.0 is out of range; allowed: > 0"):
+        corrgrpo_envs.make("corrgrpo/Code-v0", timeout=-1)
+
+
+def test_a_yaml_file_is_checked_against_the_settings_of_the_env_it_names(tmp_path):
+    path = tmp_path / "toy.yaml"
+    path.write_text("env:\n  id: corrgrpo/ScaleDominance-v0\n  max_digitz: 3\n")
+    with pytest.raises(ConfigError, match=r"corrgrpo/ScaleDominance-v0: unknown key 'max_digitz'"):
+        corrgrpo_envs.make(str(path))
+
+
+def _train_config(tmp_path, env_lines: str) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text("env:\n" + env_lines + "train:\n  steps: 1\n")
+    return path
+
+
+@pytest.mark.parametrize("env_lines, says", [
+    ("  id: corrgrpo/AgentDojo-v0\n  max_turns_x: 3\n",
+     r"run.yaml:3: unknown key 'env.max_turns_x'; allowed keys: attacks, benchmark_version, "),
+    ("  id: corrgrpo/ToolCall-v0\n  num_tasks: -1\n",
+     r"run.yaml:3: env.num_tasks: -1 is out of range; allowed: >= 1$"),
+    ("  id: corrgrpo/ToolCall-v0\n  rules: lax\n",
+     r"run.yaml:3: env.rules: 'lax' is not allowed; allowed values: one of 'paper', 'strict'$"),
+    ("  id: corrgrpo/Code-v0\n  memory_mb: lots\n",
+     r"run.yaml:3: env.memory_mb: expected an integer, got 'lots'$"),
+    ("  id: corrgrpo/AgentDojo-v0\n  max_turns: 3\n",
+     r"run.yaml:3: env.max_turns: this setting belongs in rollout.max_turns; set it there$"),
+    ("  id: corrgrpo/Nope-v0\n",
+     r"run.yaml:2: env.id: unknown env id 'corrgrpo/Nope-v0'; registered: "),
+])
+def test_a_run_configs_env_keys_are_checked_like_every_other_key(tmp_path, env_lines, says):
+    from trainer.config import load_config
+
+    path = _train_config(tmp_path, env_lines)
+    with pytest.raises(ConfigError, match=says) as info:
+        load_config(path)
+    assert "\n" not in str(info.value)
+    assert "split" not in str(info.value).split("allowed keys:")[-1].split(", ")  # the trainer's
+
+
+def test_the_trainer_gives_max_turns_to_envs_that_take_it(tmp_path):
+    from trainer.config import config_from_dict
+    from trainer.setup import env_kwargs
+
+    dojo = config_from_dict({"env": {"id": "corrgrpo/AgentDojo-v0"}, "rollout": {"max_turns": 4}})
+    assert env_kwargs(dojo)["max_turns"] == 4
+    toy = config_from_dict({"env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 3},
+                            "rollout": {"max_turns": 4}})
+    assert env_kwargs(toy) == {"num_tasks": 3, "split": "train"}
+
+
+USER_ENV = """
+from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
+from corrgrpo_envs.tasks import Task, TaskSource
+
+class Untyped(MultiRewardEnv):
+    def __init__(self, n=2, max_turns=1, **kwargs):
+        super().__init__(TaskSource([Task(f"u{i}") for i in range(n)]), ("a",), (0,), (1,), **kwargs)
+        self.max_turns = max_turns
+
+    def _observe_task(self, task):
+        return {"messages": [{"role": "user", "content": task.id}], "tools": []}
+
+    def _act(self, action):
+        return StepOutcome(rewards={"a": 1.0})
+"""
+
+
+def test_an_env_without_settings_gets_its_keyword_arguments_as_before(tmp_path, monkeypatch):
+    from trainer.config import config_from_dict
+    from trainer.setup import env_kwargs
+
+    (tmp_path / "untyped_env_mod.py").write_text(USER_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    restore = corrgrpo_envs.registry.ENVS.snapshot()
+    try:
+        corrgrpo_envs.register("user/Untyped-v0", "untyped_env_mod:Untyped")
+        assert resolve("user/Untyped-v0").settings_class() is None
+        assert len(corrgrpo_envs.make("user/Untyped-v0", n=3).unwrapped.task_ids) == 3
+        with pytest.raises(TypeError, match="anything"):  # the constructor's own error, as before
+            corrgrpo_envs.make("user/Untyped-v0", anything=1)
+        cfg = config_from_dict({"env": {"id": "user/Untyped-v0", "n": 3, "anything": 1},
+                                "rollout": {"max_turns": 2}})  # not checked: no settings
+        assert env_kwargs(cfg) == {"n": 3, "anything": 1, "split": "train", "max_turns": 2}
+    finally:
+        restore()
+        import gymnasium as gym
+
+        gym.registry.pop("user/Untyped-v0", None)
+
+
+def test_the_your_env_page_example_runs(capsys):
+    page = (ROOT / "docs" / "getting-started" / "your-env.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL) if "GreetSettings" in b]
+    restore = corrgrpo_envs.registry.ENVS.snapshot()
+    try:
+        exec(compile(block, "your-env.md", "exec", dont_inherit=True), {"__name__": "your_env_example"})
+    finally:
+        restore()
+        import gymnasium as gym
+
+        gym.registry.pop("myorg/Greet-v0", None)
+    assert capsys.readouterr().out.strip() == (
+        "myorg/Greet-v0: num_names: 7 is out of range; allowed: >= 1 and <= 3")
+
+
+@pytest.mark.parametrize("command", ["train", "sft"])
+def test_help_lists_every_env_setting_but_the_trainers(command, capsys):
+    from trainer.cli import main
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capsys.readouterr().out
+    env_part = text.split("env settings, by env.id", 1)[1]
+    for env_id in DOMAINS:
+        assert f"  {env_id}:\n" in env_part
+    assert "    env.num_tasks  (integer; allowed: >= 1)  [64]" in env_part
+    assert "    env.rules  (one of 'paper', 'strict')  [\"paper\"]" in env_part
+    assert "env.split  (" not in env_part and "env.max_turns  (" not in env_part  # the command's own
+    assert ("env.reward_weights  (" in env_part) == (command == "sft")  # train: algorithm.reward_weights
