@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
+from agents.models import takes_logits_to_keep
 from agents.policy import Action, SamplingParams
 from agents.static_decode import distinct_rows, static_decode, static_decode_unsupported
 from agents.token_policy import TokenPolicy
@@ -213,10 +214,7 @@ class HFPolicy(TokenPolicy):
     @property
     def _last_logits_only(self) -> dict[str, Any]:
         """``logits_to_keep=1`` where the model's forward takes it (skips the ``[B, W, V]`` head)."""
-        import inspect
-
-        takes = "logits_to_keep" in inspect.signature(self._model.forward).parameters
-        return {"logits_to_keep": 1} if takes else {}
+        return {"logits_to_keep": 1} if takes_logits_to_keep(self._model) else {}
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingParams) -> list[Action]:
         size = self.batch_size or max(1, len(prompts))

@@ -16,6 +16,7 @@ Cached models live under ``$CORRGRPO_CACHE/models`` (default ``~/.cache/corrgrpo
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import random
@@ -35,6 +36,7 @@ __all__ = [
     "cache_dir",
     "TINY_VERSION",
     "SMOLLM2_INSTALL_HINT",
+    "takes_logits_to_keep",
 ]
 
 #: Bumped whenever the tiny model's recipe changes, so stale caches are not reused.
@@ -261,6 +263,36 @@ def _convert_smollm2(out: Path) -> None:
     plain.generation_config = model.generation_config
     plain.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+# --------------------------------------------------------------------------------------- forward
+def takes_logits_to_keep(model: Any) -> bool:
+    """Whether ``model``'s forward names ``logits_to_keep`` (transformers' causal LMs do: the
+    vocabulary projection then runs only at the kept positions).
+
+    Looks through the wrappers that hand keyword arguments on unchanged, whose own forward
+    only says ``**kwargs``: DDP's ``module``, PEFT's base model, ``torch.compile``'s
+    ``_orig_mod``. Callers still check the logits' length: a model may name the argument and
+    ignore it.
+    """
+    seen: set[int] = set()
+    while model is not None and id(model) not in seen:
+        seen.add(id(model))
+        forward = getattr(model, "forward", None)
+        if forward is not None and "logits_to_keep" in inspect.signature(forward).parameters:
+            return True
+        model = _wrapped(model)
+    return False
+
+
+def _wrapped(model: Any) -> Any | None:
+    """The model a wrapper hands its inputs to (DDP, torch.compile, PEFT), or None."""
+    for name in ("module", "_orig_mod"):
+        inner = getattr(model, name, None)
+        if inner is not None:
+            return inner
+    base = getattr(model, "get_base_model", None)
+    return base() if callable(base) else None
 
 
 # --------------------------------------------------------------------------------------- entry

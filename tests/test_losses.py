@@ -21,6 +21,7 @@ from trainer.losses import (
     register_loss,
 )
 
+#: the policy-gradient losses (``sft``, supervised cross-entropy, is tested on its own)
 ALL = ["cispo", "dapo", "dr_grpo", "grpo", "gspo"]
 DT = torch.float64
 
@@ -73,8 +74,8 @@ def _single(name, log_ratio, adv, cfg=None):
 
 
 def test_registry_lists_all_losses_and_rejects_unknown():
-    assert available_losses() == ALL
-    with pytest.raises(ValueError, match="available: cispo, dapo, dr_grpo, grpo, gspo"):
+    assert available_losses() == [*ALL, "sft"]
+    with pytest.raises(ValueError, match="available: cispo, dapo, dr_grpo, grpo, gspo, sft"):
         get_loss("ppo")
     with pytest.raises(ValueError, match="already registered"):
         register_loss("grpo")(lambda *a, **k: None)
@@ -564,3 +565,53 @@ def test_micro_batch_metrics_combine_to_the_full_batch_metrics(name):
     combined = acc.reduce()
     for key in ("clip_fraction", "ratio_mean", "ratio_max", "kl"):
         assert combined[key] == pytest.approx(float(full.metrics[key]), rel=1e-12), key
+
+
+# ----------------------------------------------------------------------------- sft
+
+
+def _sft(logp, mask, **kw) -> tuple[LossOutput, torch.Tensor]:
+    logp = logp.clone().requires_grad_(True)
+    out = get_loss("sft")(LossInputs(logp=logp, mask=mask, options=default_config("sft"), **kw))
+    out.loss.backward()
+    return out, logp.grad
+
+
+def test_sft_loss_is_the_hand_computed_cross_entropy():
+    # the trained tokens had probabilities 1/2, 1/4 (row 0) and 1/8 (row 1): cross-entropies
+    # ln 2, 2 ln 2, 3 ln 2, mean 2 ln 2; the masked positions hold garbage that must not count
+    logp = _t([[math.log(1 / 2), math.log(1 / 4), float("nan")], [math.log(1 / 8), -float("inf"), 0.0]])
+    mask = _t([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    out, grad = _sft(logp, mask)
+    assert out.loss.item() == pytest.approx(2 * math.log(2), rel=1e-12)
+    assert out.metrics["cross_entropy"] == pytest.approx(2 * math.log(2), rel=1e-12)
+    assert out.metrics["cross_entropy"].weight == 3
+    # d loss / d logp = -1 / (trained tokens) on each trained token, 0 elsewhere
+    torch.testing.assert_close(grad, _t([[-1 / 3, -1 / 3, 0.0], [-1 / 3, 0.0, 0.0]]))
+    # no advantages, no old log-probabilities: the policy-gradient losses refuse such inputs
+    for name in ALL:
+        with pytest.raises(ValueError, match="needs LossInputs.advantages, got None"):
+            get_loss(name)(LossInputs(logp=logp, mask=mask, options=default_config(name)))
+    with pytest.raises(ValueError, match="needs LossInputs.old_logp, got None"):
+        get_loss("grpo")(LossInputs(logp=logp, mask=mask, advantages=ADV, options=default_config("grpo")))
+
+
+def test_sft_micro_batches_with_the_whole_batch_denominator_add_up():
+    g = torch.Generator().manual_seed(3)
+    logp = -torch.rand((4, 5), generator=g, dtype=DT) * 4
+    mask = (torch.rand((4, 5), generator=g) < 0.6).to(DT)
+    whole, whole_grad = _sft(logp, mask)
+    tokens = float(mask.sum())
+    assert whole.loss.item() == pytest.approx(float(-(logp * mask).sum()) / tokens, rel=1e-12)
+    parts = [_sft(logp[rows], mask[rows], seq_denominator=4, token_denominator=tokens)
+             for rows in (slice(0, 1), slice(1, 4))]
+    assert sum(p[0].loss.item() for p in parts) == pytest.approx(whole.loss.item(), rel=1e-12)
+    torch.testing.assert_close(torch.cat([p[1] for p in parts]), whole_grad)
+    # another averaging is the configured one's, as for every loss: each row's mean
+    cfg = dataclasses.replace(default_config("sft"), agg_mode="seq-mean-token-mean")
+    out = get_loss("sft")(LossInputs(logp=logp, mask=mask, options=cfg))
+    rows = (-(logp * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+    assert out.loss.item() == pytest.approx(rows.item(), rel=1e-12)
+    # the shapes are checked as for every loss
+    with pytest.raises(ValueError, match=r"old_logp must have the shape of logp \(4, 5\)"):
+        LossInputs(logp=logp, mask=mask, old_logp=logp[:, :2], options=cfg)

@@ -127,3 +127,68 @@ def test_shared_prefix_falls_back_to_the_plain_pass_under_gradient_checkpointing
     with pytest.warns(UserWarning, match="share_prefix"):
         shared, _ = token_logprobs(model, batch, share_prefix=True)
     torch.testing.assert_close(shared, plain, atol=1e-5, rtol=1e-5)
+
+
+class _NoLogitsToKeep(torch.nn.Module):
+    """A causal LM whose forward has no ``logits_to_keep``: logits at every position."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.inner = model
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          use_cache=use_cache)
+
+
+class _IgnoresLogitsToKeep(_NoLogitsToKeep):
+    """Names ``logits_to_keep`` and ignores it."""
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False, logits_to_keep=0):
+        return super().forward(input_ids, attention_mask, position_ids, use_cache)
+
+
+class _Wrapper(torch.nn.Module):
+    """Hands every argument on, as DDP does (its forward says only ``**kwargs``)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.module = model
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+
+def test_one_forward_pass_keeps_the_same_logits_whatever_the_model_takes():
+    from agents.models import takes_logits_to_keep
+    from trainer.policy_forward import model_logits, token_scores
+
+    torch.manual_seed(0)
+    model, tok = load_model("tiny")
+    assert takes_logits_to_keep(model) and takes_logits_to_keep(_Wrapper(model))
+    assert not takes_logits_to_keep(_NoLogitsToKeep(model))
+    assert takes_logits_to_keep(_IgnoresLogitsToKeep(model))
+    batch = pack_episodes([_episode([5, 6, 7], [10, 11]), _episode([5, 6, 7, 8, 9], [12, 13, 14])],
+                          tok.pad_token_id, torch.device("cpu"))
+    inputs = batch.model_inputs()
+    with torch.no_grad():
+        full = model(**inputs).logits
+        index = torch.tensor([1, 4, 6])
+        for variant in (model, _Wrapper(model), _NoLogitsToKeep(model), _IgnoresLogitsToKeep(model)):
+            last, _ = model_logits(variant, 3, **inputs)
+            picked, _ = model_logits(variant, index, **inputs)
+            torch.testing.assert_close(last, full[:, -3:], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(picked, full[:, index], atol=1e-5, rtol=1e-5)
+        # logits at the positions some row trains only give the same scores there
+        dense = token_scores(model, batch, with_entropy=True, with_accuracy=True)
+        sparse = token_scores(_NoLogitsToKeep(model), batch, with_entropy=True, with_accuracy=True,
+                              only_trained=True)
+    mask = batch.loss_mask.bool()
+    torch.testing.assert_close(sparse.logp[mask], dense.logp[mask], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(sparse.entropy[mask], dense.entropy[mask], atol=1e-4, rtol=1e-5)
+    assert torch.equal(sparse.correct[mask], dense.correct[mask])
+    # positions no row trains got no logits
+    untrained = ~mask.any(dim=0)
+    assert untrained.sum() == 2 and not sparse.logp[:, untrained].any() and not sparse.correct[:, untrained].any()
+    want = full[:, :-1].argmax(-1) == batch.input_ids[:, 1:]
+    assert torch.equal(dense.correct[mask], want[mask])

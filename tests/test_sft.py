@@ -15,16 +15,14 @@ import torch
 
 from agents.episode import Episode
 from trainer.config import ConfigError
+from trainer.policy_forward import PackedBatch, pack_episodes, pack_in_one_row, token_scores
 from trainer.run_logger import read_metrics
 from trainer.sft import (
     SFTTrainer,
     bucket_examples,
     load_sft_config,
     pack_examples,
-    packed_inputs,
-    padded_loss,
     sft_config_from_dict,
-    token_loss,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,33 +64,45 @@ def test_packing_predicts_only_trained_tokens():
     b = Episode(token_ids=[6, 7, 8], loss_mask=[0, 1, 1], logprobs=[0.0] * 3)
     c = Episode(token_ids=[9] * 10, loss_mask=[0] * 9 + [1], logprobs=[0.0] * 10)
     assert pack_examples([a, b, c], budget=8) == [[a, b], [c]]
-    ids, pos, keep = packed_inputs([a, b])
-    assert ids.tolist() == [[1, 2, 3, 4, 5, 6, 7, 8]]
-    assert pos.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2]]
-    # position t predicts token t+1: a's targets 3, 4, 5 (from 1, 2, 3); b's 7, 8 (from 5, 6)
+    row = pack_in_one_row([a, b], torch.device("cpu"))
+    assert row.input_ids.tolist() == [[1, 2, 3, 4, 5, 6, 7, 8]]
+    assert row.position_ids.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2]]
+    assert row.sampler_logprobs is None and set(row.model_inputs()) == {"input_ids", "position_ids"}
+    # position t predicts token t+1: a's targets 3, 4, 5 (from 1, 2, 3); b's 7, 8 (from 5, 6);
+    # a's last position (4) would predict b's first token: never trained
+    keep = row.loss_mask[0].nonzero().squeeze(1)
     assert keep.tolist() == [1, 2, 3, 5, 6]
-    assert ids[0, keep + 1].tolist() == [3, 4, 5, 7, 8]
+    assert row.input_ids[0, keep + 1].tolist() == [3, 4, 5, 7, 8]
+
+
+def _ce(model, batch: PackedBatch) -> tuple[torch.Tensor, int, int]:
+    """``(summed cross-entropy, correct argmax predictions, trained tokens)`` of ``batch`` by the
+    trainers' forward pass (logits only at the trained positions)."""
+    scores = token_scores(model, batch, with_accuracy=True, only_trained=True)
+    mask = batch.loss_mask.bool()
+    return -scores.logp[mask].sum(), int(scores.correct[mask].sum()), int(mask.sum())
 
 
 def test_packed_loss_equals_separate_sequences():
     from agents.models import load_model
 
     model, _ = load_model("tiny")
+    cpu = torch.device("cpu")
     g = torch.Generator().manual_seed(0)
     examples = [Episode(token_ids=torch.randint(0, 2000, (n,), generator=g).tolist(),
                         loss_mask=[0] * (n // 2) + [1] * (n - n // 2), logprobs=[0.0] * n)
                 for n in (9, 14, 6)]
     with torch.no_grad():
-        together = token_loss(model, examples, torch.device("cpu"))
-        apart = [token_loss(model, [e], torch.device("cpu")) for e in examples]
+        together = _ce(model, pack_in_one_row(examples, cpu))
+        apart = [_ce(model, pack_in_one_row([e], cpu)) for e in examples]
         logits = model(input_ids=torch.tensor([examples[1].token_ids])).logits[0]
+        padded = _ce(model, pack_episodes(examples, 0, cpu))
     assert together[2] == sum(x[2] for x in apart) == 5 + 7 + 3
     torch.testing.assert_close(together[0], sum(x[0] for x in apart), rtol=1e-5, atol=1e-4)
     # padded, length-bucketed rows give the same sums
-    padded = padded_loss(model, examples, torch.device("cpu"), pad_id=0)
     assert padded[2] == together[2]
     torch.testing.assert_close(padded[0], together[0], rtol=1e-5, atol=1e-4)
-    assert int(padded[1]) == int(together[1])
+    assert padded[1] == together[1] == sum(x[1] for x in apart)
     groups = bucket_examples(examples, budget=28)
     assert [[len(e.token_ids) for e in g] for g in groups] == [[14, 9], [6]]
     # the same number as a plain forward pass with labels masked to the trained tokens
@@ -101,6 +111,55 @@ def test_packed_loss_equals_separate_sequences():
     mask = torch.tensor(e.loss_mask[1:], dtype=torch.bool)
     plain = torch.nn.functional.cross_entropy(logits[:-1][mask], targets[mask], reduction="sum")
     torch.testing.assert_close(apart[1][0], plain, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("packing", ["packed", "padded"])
+@pytest.mark.parametrize("max_grad_norm", [0.0, 0.5])
+def test_one_step_equals_plain_torch(tmp_path, data, packing, max_grad_norm):
+    """One step through the shared updater is the step of the loop SFT had before: the summed
+    cross-entropy of the batch's trained tokens over their count, one backward pass, the
+    gradient norm (logged with clipping off too) and clipping, AdamW; computed here with plain
+    torch, one example at a time, on a copy of the model."""
+    import copy
+
+    torch.manual_seed(0)
+    # AdamW's first step is lr * g / (|g| + eps): with the usual tiny eps about lr * sign(g), so
+    # a near-zero gradient entry that rounds differently (another split of the batch) moves by
+    # 2 lr; a large eps makes the step smooth in g, so the comparison can be tight
+    cfg = _cfg(tmp_path, data, optim={"lr": 1e-2, "adam_eps": 1e-3, "max_grad_norm": max_grad_norm,
+                                      "weight_decay": 0.1, "schedule": "constant", "warmup_steps": 0},
+               train={"steps": 1, "micro_batch_tokens": 64, "packing": packing})
+    trainer = SFTTrainer(cfg)
+    reference = copy.deepcopy(trainer.unwrapped)
+    before = {n: p.detach().clone() for n, p in reference.named_parameters()}
+    batch = [trainer.train_examples[int(i)] for i in trainer.sampler.tasks_for_step(0)]
+    record = trainer.train_step(0)
+    assert record["micro_batches"] > 1  # gradient accumulation is exercised
+
+    params = [p for p in reference.parameters() if p.requires_grad]
+    total = sum(sum(e.loss_mask[1:]) for e in batch)
+    summed = torch.zeros(())
+    for e in batch:
+        logits = reference(input_ids=torch.tensor([e.token_ids])).logits[0, :-1]
+        mask = torch.tensor(e.loss_mask[1:], dtype=torch.bool)
+        summed = summed + torch.nn.functional.cross_entropy(
+            logits[mask], torch.tensor(e.token_ids[1:])[mask], reduction="sum")
+    (summed / total).backward()
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
+    if max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    o = cfg.optim
+    torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), eps=o.adam_eps, weight_decay=o.weight_decay).step()
+
+    assert record["trained_tokens"] == total
+    assert record["loss"] == pytest.approx(float(summed.detach()) / total, rel=1e-5)
+    assert record["grad_norm"] == pytest.approx(float(norm), rel=1e-4)
+    assert max_grad_norm == 0 or record["grad_norm"] > max_grad_norm  # so clipping acted
+    moved = 0.0
+    for (name, want), have in zip(reference.named_parameters(), trainer.unwrapped.parameters()):
+        torch.testing.assert_close(have, want, rtol=0, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
+        moved = max(moved, float((want.detach() - before[name]).abs().max()))
+    assert moved > 1e-4
 
 
 @pytest.mark.slow

@@ -49,6 +49,7 @@ def test_config_files_in_env_configs_all_load():
         ({"rollout": {"server": {"urls": ["host:8000"]}}}, "rollout.server.urls[0]: 'host:8000' is not allowed"),
         ({"rollout": {"server": {"retries": -1}}}, "rollout.server.retries: -1 is out of range; allowed: >= 0"),
         ({"rollout": {"server": {"weight_sync": "nccl"}}}, "rollout.server.nccl_address: null is not allowed"),
+        ({"algorithm": {"loss": "sft"}}, "algorithm.loss: 'sft' is the cross-entropy of `corrgrpo sft`"),
     ],
 )
 def test_bad_config_names_the_key(data, message):

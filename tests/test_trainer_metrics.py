@@ -54,3 +54,57 @@ def test_hf_sampler_matches_the_trainer_and_tis_runs(tmp_path, whole):
     assert tis["tis/capped_fraction"] == 0.0
     for key in METRICS:  # weights of ~1 change nothing measurable
         assert tis[key] == pytest.approx(plain[key], rel=5e-3, abs=1e-5), key
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.0, 0.05])
+def test_rl_and_sft_updates_log_the_same_gradient_norm(max_grad_norm):
+    """``grad_norm`` is the L2 norm of the whole gradient before clipping in both updates,
+    clipping on or off, and clipping scales the step alike: with SGD the step's norm
+    (``update_norm``) is lr x the clipped gradient's. Each gradient is computed here with plain
+    torch (a full forward pass, log-softmax, the loss written out) on a copy of the model."""
+    import copy
+    import math
+
+    import torch
+
+    from agents import Episode, load_model
+    from trainer.config import OptimConfig
+    from trainer.fsdp import build_accelerator
+    from trainer.losses import default_config, get_loss
+    from trainer.policy_forward import pack_episodes
+    from trainer.update import PolicyUpdater
+
+    torch.manual_seed(0)
+    base, tok = load_model("tiny")
+    g = torch.Generator().manual_seed(1)
+    episodes = [Episode(token_ids=torch.randint(0, 2000, (n,), generator=g).tolist(),
+                        loss_mask=[0] * p + [1] * (n - p), logprobs=[0.0] * n)
+                for n, p in ((9, 4), (12, 7), (6, 2))]
+    advantages = torch.tensor([1.0, -0.5, 2.0])
+    acc = build_accelerator(cpu=True)
+    lr = 0.1
+    for kind in ("rl", "sft"):
+        model, reference = copy.deepcopy(base), copy.deepcopy(base)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        model, optimizer = acc.prepare(model, optimizer)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        name = "grpo" if kind == "rl" else "sft"
+        updater = PolicyUpdater(model, optimizer, scheduler, acc, get_loss(name), default_config(name),
+                                OptimConfig(lr=lr, max_grad_norm=max_grad_norm))
+        batch = pack_episodes(episodes, tok.pad_token_id, torch.device("cpu"))
+        logits = reference(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
+        logp = torch.log_softmax(logits.float(), -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+        mask = batch.loss_mask
+        if kind == "rl":
+            # GRPO at ratio 1: -A logp, mean over each sequence's tokens, then over sequences
+            loss = (-(advantages[:, None] * logp * mask).sum(-1) / mask.sum(-1)).mean()
+            result = updater.update(batch, advantages, any_signal=True, step=0)
+        else:
+            loss = -(logp * mask).sum() / mask.sum()
+            result = updater.update_batches([batch])
+        loss.backward()
+        norm = math.sqrt(sum(float(p.grad.double().square().sum()) for p in reference.parameters()))
+        clipped = min(norm, max_grad_norm) if max_grad_norm > 0 else norm
+        assert max_grad_norm < norm  # so clipping acts when on
+        assert result["grad_norm"] == pytest.approx(norm, rel=1e-4), kind
+        assert result["update_norm"] == pytest.approx(lr * clipped, rel=1e-4), kind

@@ -478,6 +478,10 @@ def _check_plugins(cfg: Config) -> None:
         raise ConfigError(f"algorithm.estimator / estimator_options: {exc}", "algorithm.estimator_options") from None
     for key in a.loss_options:
         check_moved(f"algorithm.loss_options.{key}", MOVED_KEYS)
+    if a.loss == "sft":  # registered beside the RL losses, but it reads no reward at all
+        raise ConfigError("algorithm.loss: 'sft' is the cross-entropy of `corrgrpo sft` (it ignores "
+                          "the rewards); a training run needs a policy-gradient loss such as 'grpo'",
+                          "algorithm.loss")
     try:
         resolve_loss_config(a.loss, a.loss_options, agg_mode=a.loss_agg_mode)
     except LossConfigError as exc:

@@ -1,15 +1,20 @@
-"""Policy-gradient losses for grouped rollouts (GRPO and its variants).
+"""The training losses: policy-gradient losses for grouped rollouts (GRPO and its variants)
+and supervised fine-tuning's cross-entropy (``sft``), one update loop for all
+(:class:`trainer.update.PolicyUpdater`).
 
 A loss is a function of one :class:`LossInputs` that returns one :class:`LossOutput`::
 
     fn(inputs: LossInputs) -> LossOutput
 
 ``inputs`` holds ``logp``, ``old_logp``, ``ref_logp``, ``mask`` and ``token_weights`` of shape
-``[B, T]`` (``mask`` is 1 on the completion tokens the policy generated, 0 on prompt,
-tool-result and padding tokens; ``token_weights`` are constant per-token factors of the policy
-term, e.g. truncated importance weights against the sampler), ``advantages`` of shape ``[B]``,
-the batch denominators and the loss's ``options`` (a :class:`LossConfig`). The inputs are
-checked when they are built, so every loss, a user's too, sees well-formed tensors.
+``[B, T]`` (``mask`` is 1 on the tokens being trained: the completion tokens the policy
+generated, or SFT's assistant tokens; 0 on prompt, tool-result and padding tokens;
+``token_weights`` are constant per-token factors of the policy term, e.g. truncated importance
+weights against the sampler), ``advantages`` of shape ``[B]``, the batch denominators and the
+loss's ``options`` (a :class:`LossConfig`). ``corrgrpo train`` fills them all; ``corrgrpo sft``
+has no rewards and no proximal policy, so its inputs leave ``advantages`` and ``old_logp``
+None, and a policy-gradient loss given such inputs raises ValueError. The inputs are checked
+when they are built, so every loss, a user's too, sees well-formed tensors.
 
 How per-token terms become one number is ``options.agg_mode`` (verl's ``loss_agg_mode``), by
 default the loss's own:
@@ -47,9 +52,9 @@ from typing import Any
 import torch
 
 from corrgrpo_registry import Registry
+from corrgrpo_registry.settings import ConfigError, Range, num_field, validate
 from trainer.loss_aggregation import AGG_MODES
 from trainer.loss_metrics import Max, Mean
-from trainer.settings import ConfigError, Range, num_field, validate
 
 __all__ = [
     "AGG_MODES",
@@ -73,12 +78,11 @@ __all__ = [
 _MAX_LOG_RATIO = 20.0
 
 
-class LossConfigError(ValueError):
-    """A loss hyper-parameter is not allowed; ``key`` names the field."""
+class LossConfigError(ConfigError):
+    """A loss hyper-parameter is not allowed; ``key`` names the field (of ``loss_options``)."""
 
     def __init__(self, key: str, message: str):
-        super().__init__(message)
-        self.key = key
+        super().__init__(message, key)
 
 
 @dataclass
@@ -115,7 +119,7 @@ class LossConfig:
     ``algorithm.loss_agg_mode``)."""
 
     def __post_init__(self) -> None:
-        try:  # the ranges above, checked as every setting is (trainer.settings)
+        try:  # the ranges above, checked as every setting is (corrgrpo_registry.settings)
             validate(self)
         except ConfigError as exc:
             raise LossConfigError(exc.key or "?", str(exc)) from None
@@ -132,21 +136,23 @@ class LossInputs:
     """
 
     logp: torch.Tensor
-    """``[B, T]`` log-probabilities of the sampled tokens under the policy being trained; the
-    loss's gradient flows to them."""
-
-    old_logp: torch.Tensor
-    """``[B, T]`` log-probabilities under the weights before this step's first update (PPO's
-    proximal policy); constants."""
-
-    advantages: torch.Tensor
-    """``[B]`` one advantage per sequence."""
+    """``[B, T]`` log-probabilities of the tokens under the policy being trained; the loss's
+    gradient flows to them."""
 
     mask: torch.Tensor
-    """``[B, T]`` 1 on the completion tokens the policy generated, 0 elsewhere (bool or 0/1)."""
+    """``[B, T]`` 1 on the tokens being trained (the completion tokens the policy generated;
+    SFT's assistant tokens), 0 elsewhere (bool or 0/1)."""
 
     options: LossConfig
     """The loss's hyper-parameters: its registered defaults with ``algorithm.loss_options``."""
+
+    advantages: torch.Tensor | None = None
+    """``[B]`` one advantage per sequence; None without rewards (SFT), which only a loss of the
+    tokens alone (``sft``) accepts."""
+
+    old_logp: torch.Tensor | None = None
+    """``[B, T]`` log-probabilities under the weights before this step's first update (PPO's
+    proximal policy); constants. None without one (SFT), as ``advantages``."""
 
     ref_logp: torch.Tensor | None = None
     """``[B, T]`` log-probabilities under the frozen reference (for the KL term), or None."""
@@ -167,18 +173,15 @@ class LossInputs:
         if logp.dim() != 2:
             raise ValueError(f"logp must have shape [B, T], got {tuple(logp.shape)}")
         shape = logp.shape
-        named = {"old_logp": self.old_logp, "mask": self.mask}
-        if self.ref_logp is not None:
-            named["ref_logp"] = self.ref_logp
-        if self.token_weights is not None:
-            named["token_weights"] = self.token_weights
+        named = {"mask": self.mask, "old_logp": self.old_logp, "ref_logp": self.ref_logp,
+                 "token_weights": self.token_weights}
         for name, tensor in named.items():
-            if tensor.shape != shape:
+            if tensor is not None and tensor.shape != shape:
                 raise ValueError(
                     f"{name} must have the shape of logp {tuple(shape)}, got {tuple(tensor.shape)}"
                 )
         advantages = self.advantages
-        if advantages.shape != shape[:1]:
+        if advantages is not None and advantages.shape != shape[:1]:
             raise ValueError(f"advantages must have shape [{shape[0]}], got {tuple(advantages.shape)}")
         mask = self.mask
         keep = mask.bool()
@@ -196,11 +199,12 @@ class LossInputs:
             )
         # A row without trained tokens contributes nothing, whatever its advantage (a NaN there
         # must not turn the loss into NaN); a non-finite advantage on a trained row is a bug upstream.
-        bad = keep.any(dim=1) & ~torch.isfinite(advantages.detach())
-        if bad.any():
-            row = int(torch.nonzero(bad)[0])
-            raise ValueError(f"advantages must be finite on rows with trained tokens; row {row} is "
-                             f"{float(advantages[row])}")
+        if advantages is not None:
+            bad = keep.any(dim=1) & ~torch.isfinite(advantages.detach())
+            if bad.any():
+                row = int(torch.nonzero(bad)[0])
+                raise ValueError(f"advantages must be finite on rows with trained tokens; row {row} is "
+                                 f"{float(advantages[row])}")
         # frozen: the filled-in denominators are set once, here
         object.__setattr__(self, "seq_denominator", float(seq_denominator))
         object.__setattr__(self, "token_denominator", float(token_denominator))
@@ -217,7 +221,7 @@ class LossOutput:
     """``clip_fraction`` (token-weighted share of masked tokens where clipping acts; for gspo
     the share of tokens in clipped sequences), ``ratio_mean`` and ``ratio_max`` (of the ratio
     the loss clips: token-weighted per token, or sequence-weighted per sequence for gspo) and
-    ``kl`` (token-weighted mean k3, only when ``ref_logp`` is given). Values are
+    ``kl`` (token-weighted mean k3, only when ``ref_logp`` is given); sft's ``cross_entropy``. Values are
     :class:`~trainer.loss_metrics.Mean` / :class:`~trainer.loss_metrics.Max` (floats); a plain
     float counts as a mean of weight 1."""
 
@@ -311,7 +315,16 @@ class _Batch:
     token_denominator: float
 
 
+def _clean(t: torch.Tensor, keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` in ``dtype``, 0 where ``keep`` is False."""
+    return t.to(dtype).masked_fill(~keep, 0.0)
+
+
 def _prepare(inputs: LossInputs) -> _Batch:
+    if inputs.advantages is None or inputs.old_logp is None:
+        missing = "advantages" if inputs.advantages is None else "old_logp"
+        raise ValueError(f"a policy-gradient loss needs LossInputs.{missing}, got None "
+                         "(only a loss of the tokens alone, such as 'sft', runs without)")
     keep = inputs.mask.bool()
     has_tokens = keep.any(dim=1)
     # Half-precision log-probs lose the small differences the ratio is made of: compute in
@@ -319,7 +332,7 @@ def _prepare(inputs: LossInputs) -> _Batch:
     dtype = torch.promote_types(inputs.logp.dtype, torch.float32)
 
     def clean(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype).masked_fill(~keep, 0.0)
+        return _clean(t, keep, dtype)
 
     ref_logp, token_weights = inputs.ref_logp, inputs.token_weights
     return _Batch(
@@ -502,3 +515,31 @@ def gspo_loss(inputs: LossInputs) -> LossOutput:
     return LossOutput(
         loss, _metrics(b, seq_ratio.unsqueeze(-1), clip_active, has_tokens.unsqueeze(-1))
     )
+
+
+@register_loss("sft")
+def sft_loss(inputs: LossInputs) -> LossOutput:
+    """Supervised fine-tuning: the cross-entropy ``-logp`` of the trained tokens, token mean.
+
+    Reads ``logp``, ``mask`` and the denominators only (no advantages, old or reference
+    log-probabilities, token weights). By default (``token-mean``) the loss is the summed
+    cross-entropy over the whole batch's ``token_denominator`` trained tokens, so micro-batches
+    and processes add up to the single-pass gradient; ``options.agg_mode`` may change that (the
+    seq-mean modes count rows, and a packed row holds several examples). Its metric
+    ``cross_entropy`` is the token-mean value, whatever the mode.
+    """
+    keep = inputs.mask.bool()
+    dtype = torch.promote_types(inputs.logp.dtype, torch.float32)
+    token_loss = -_clean(inputs.logp, keep, dtype)
+    mask = keep.to(dtype)
+    loss = aggregate(
+        token_loss,
+        mask,
+        inputs.options.agg_mode or "token-mean",
+        seq_denominator=float(inputs.seq_denominator),
+        token_denominator=float(inputs.token_denominator),
+        max_completion_length=inputs.options.max_completion_length,
+    )
+    with torch.no_grad():
+        total = float((token_loss * mask).sum())
+    return LossOutput(loss, {"cross_entropy": Mean(total, float(mask.sum()))})

@@ -11,10 +11,12 @@ Read top to bottom, a run is:
    micro-batches of at most ``train.micro_batch_tokens`` tokens: length-bucketed
    padded rows, or (under FlashAttention) one padding-free row with position ids
    restarting at each example, so attention stays within it;
-3. the loss is the summed cross-entropy of the assistant tokens (loss mask 1)
-   divided by the number of such tokens in the WHOLE batch, so gradient
-   accumulation and data parallelism reproduce the single-process gradient;
-   logits are computed only at the positions that predict a trained token;
+3. the update is RL's (:class:`trainer.update.PolicyUpdater`, its ``update_batches``) with
+   the ``sft`` loss of :mod:`trainer.losses`: the summed cross-entropy of the assistant
+   tokens (loss mask 1) divided by the number of such tokens in the WHOLE batch, so gradient
+   accumulation and data parallelism reproduce the single-process gradient; the same
+   forward pass (:func:`trainer.policy_forward.token_scores`), with logits only at the
+   positions that predict a trained token; the same clipping and gradient norm;
 4. log loss, token accuracy, the held-out loss and accuracy; checkpoint. The
    run folder's ``model/`` is a plain ``save_pretrained`` folder (merged when
    LoRA is on) that ``corrgrpo train`` takes as ``model.name_or_path``.
@@ -23,9 +25,9 @@ Read top to bottom, a run is:
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,9 @@ import numpy as np
 import torch
 
 from agents.episode import Episode
-from trainer.config import env_constructor_kwargs
+from trainer.config import OptimConfig, env_constructor_kwargs
+from trainer.losses import default_config, get_loss
+from trainer.policy_forward import PackedBatch, pack_episodes, pack_in_one_row
 from trainer.progress import TrainProgress
 from trainer.sft_config import (  # the config lives apart from torch; re-exported here
     SFTConfig,
@@ -42,6 +46,7 @@ from trainer.sft_config import (  # the config lives apart from torch; re-export
     load_sft_config,
     sft_config_from_dict,
 )
+from trainer.update import PolicyUpdater
 
 __all__ = [
     "SFTConfig",
@@ -52,18 +57,11 @@ __all__ = [
     "sft_config_from_dict",
     "pack_examples",
     "bucket_examples",
-    "padded_loss",
     "sft",
 ]
 
 
 # ----------------------------------------------------------------------------- batches
-def _targets(example: Episode) -> np.ndarray:
-    """Positions t whose next token (t + 1) is trained."""
-    mask = np.asarray(example.loss_mask, dtype=bool)
-    return np.flatnonzero(mask[1:])
-
-
 def trained_tokens(example: Episode) -> int:
     """How many of the example's tokens are loss targets."""
     return int(sum(example.loss_mask[1:]))
@@ -103,80 +101,6 @@ def pack_examples(examples: list[Episode], budget: int) -> list[list[Episode]]:
     if current:
         groups.append(current)
     return groups
-
-
-def packed_inputs(examples: list[Episode]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(input_ids [1, T], position_ids [1, T], predict_at [K])`` of examples packed in one row.
-
-    ``predict_at`` holds the positions whose next token is a loss target.
-    """
-    ids, pos, keep = [], [], []
-    offset = 0
-    for e in examples:
-        n = len(e.token_ids)
-        ids.append(np.asarray(e.token_ids, dtype=np.int64))
-        pos.append(np.arange(n, dtype=np.int64))
-        keep.append(_targets(e) + offset)
-        offset += n
-    return (
-        torch.from_numpy(np.concatenate(ids))[None],
-        torch.from_numpy(np.concatenate(pos))[None],
-        torch.from_numpy(np.concatenate(keep)),
-    )
-
-
-def padded_loss(
-    model: Any, examples: list[Episode], device: torch.device, pad_id: int = 0
-) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """:func:`token_loss` of examples in right-padded rows (one per example)."""
-    width = max(len(e.token_ids) for e in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(examples), width), dtype=torch.long)
-    predicts = torch.zeros((len(examples), width), dtype=torch.bool)  # position t predicts a target
-    for row, e in enumerate(examples):
-        n = len(e.token_ids)
-        ids[row, :n] = torch.as_tensor(e.token_ids, dtype=torch.long)
-        attention[row, :n] = 1
-        predicts[row, : n - 1] = torch.as_tensor(e.loss_mask[1:], dtype=torch.bool)
-    keep = predicts.any(dim=0).nonzero().squeeze(1)  # positions any row needs logits at
-    ids, attention, predicts, keep = ids.to(device), attention.to(device), predicts.to(device), keep.to(device)
-    kwargs = {"input_ids": ids, "attention_mask": attention, "use_cache": False}
-    try:
-        logits = model(**kwargs, logits_to_keep=keep).logits
-    except TypeError:  # a model without logits_to_keep
-        logits = model(**kwargs).logits
-    if logits.shape[1] != keep.shape[0]:
-        logits = logits[:, keep]
-    chosen = predicts[:, keep]
-    logits, targets = logits[chosen], ids[:, keep + 1][chosen]
-    if targets.numel() == 0:
-        return logits.sum() * 0.0, torch.zeros((), device=device), 0
-    ce = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
-    correct = (logits.detach().argmax(-1) == targets).sum()
-    return ce, correct, int(targets.numel())
-
-
-def token_loss(model: Any, examples: list[Episode], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """``(summed cross-entropy, correct argmax predictions, target count)`` of packed examples.
-
-    Only the positions that predict a trained token get logits (``logits_to_keep``
-    with their indices): the vocabulary projection is a large part of the cost.
-    """
-    ids, pos, keep = packed_inputs(examples)
-    ids, pos, keep = ids.to(device), pos.to(device), keep.to(device)
-    kwargs = {"input_ids": ids, "position_ids": pos, "use_cache": False}
-    try:
-        logits = model(**kwargs, logits_to_keep=keep).logits[0]
-    except TypeError:  # a model without logits_to_keep
-        logits = model(**kwargs).logits[0]
-    if logits.shape[0] != keep.shape[0]:
-        logits = logits[keep]
-    targets = ids[0, keep + 1]
-    if targets.numel() == 0:  # nothing trained here: a zero loss that still reaches every weight
-        return logits.sum() * 0.0, torch.zeros((), device=device), 0
-    ce = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
-    correct = (logits.detach().argmax(-1) == targets).sum()
-    return ce, correct, int(targets.numel())
 
 
 class _SFTProgress(TrainProgress):
@@ -226,6 +150,7 @@ class SFTTrainer:
 
         self.model, self.optimizer, self.scheduler = run.prepare(model)
         self.unwrapped = run.unwrapped
+        self.updater = self._updater()
         attn = str(getattr(getattr(self.unwrapped, "config", None), "_attn_implementation", "") or "")
         self.packed = t.packing == "packed" or (t.packing == "auto" and attn.startswith("flash"))
         pad = self.tokenizer.pad_token_id
@@ -294,93 +219,70 @@ class SFTTrainer:
         budget = self.cfg.train.micro_batch_tokens
         return pack_examples(examples, budget) if self.packed else bucket_examples(examples, budget)
 
-    def _passes(self, groups: list[list[Episode]]) -> list[list[Episode]]:
-        """``groups``, and under FSDP stand-in passes up to the most any process makes: there
-        each forward pass gathers the weights from every process, so all must make as many.
-        The stand-ins repeat the first training example; callers give them no weight."""
+    def _micro_batches(self, groups: list[list[Episode]]) -> list[PackedBatch]:
+        """One forward pass's tensors per group: a padding-free row or padded rows.
+
+        Under FSDP each pass gathers the weights from every process, so all must make as many:
+        stand-in passes are added up to the most any process makes. A process without a group
+        (fewer held-out examples than processes) makes one, so every process reports the same
+        metrics. A stand-in repeats the first training example with no trained token: it adds
+        nothing to the loss, its gradient or the metrics.
+        """
         from trainer.fsdp import is_sharded
 
-        if not is_sharded(self.unwrapped):
-            return groups
-        count = torch.tensor([len(groups)], device=self.accelerator.device)
-        most = int(self.accelerator.gather(count).max())
-        return groups + [[self.train_examples[0]]] * (most - len(groups))
+        device = self.accelerator.device
+        count = len(groups)
+        if is_sharded(self.unwrapped):
+            counts = self.accelerator.gather(torch.tensor([count], device=device))
+            count = int(counts.max())
+        batches = [pack_in_one_row(g, device) if self.packed else pack_episodes(g, self.pad_id, device)
+                   for g in groups]
+        for _ in range(max(count, 1) - len(groups)):
+            stand_in = pack_episodes([self.train_examples[0]], self.pad_id, device)
+            stand_in.loss_mask = torch.zeros_like(stand_in.loss_mask)
+            batches.append(stand_in)
+        return batches
 
-    def _loss(self, model: Any, group: list[Episode]) -> tuple[torch.Tensor, torch.Tensor, int]:
-        if self.packed:
-            return token_loss(model, group, self.accelerator.device)
-        return padded_loss(model, group, self.accelerator.device, self.pad_id)
+    def _updater(self) -> PolicyUpdater:
+        """RL's update loop with the ``sft`` loss; SFT has one epoch and one optimizer step per
+        batch (the ``optim`` section's defaults for ``corrgrpo train``'s batching keys)."""
+        optim = OptimConfig(**dataclasses.asdict(self.cfg.optim))
+        return PolicyUpdater(self.model, self.optimizer, self.scheduler, self.accelerator,
+                             get_loss("sft"), default_config("sft"), optim, seed=self.cfg.train.seed)
 
     def train_step(self, step: int) -> dict[str, Any]:
         """One optimizer step over the step's batch; returns the logged record."""
-        acc, cfg = self.accelerator, self.cfg
         t0 = time.perf_counter()
         batch = [self.train_examples[int(i)] for i in self.sampler.tasks_for_step(step)]
         per = len(batch) // self.world
-        mine = batch[self.rank * per : (self.rank + 1) * per]
-        # every process knows the whole batch: the token denominator needs no communication
-        denominator = max(sum(trained_tokens(e) for e in batch), 1)
-        # DDP averages gradients over processes, so each process scales its sum by world
-        scale = self.world / denominator
-        groups = self._groups(mine)
-        passes = self._passes(groups)
-        self.model.train()
-        sums = torch.zeros(3, dtype=torch.float64, device=acc.device)
-        for j, group in enumerate(passes):
-            sync = j == len(passes) - 1
-            with nullcontext() if sync else acc.no_sync(self.model):
-                ce, correct, n = self._loss(self.model, group)
-                if j >= len(groups):  # a stand-in pass (FSDP): its gradient is zero
-                    ce, correct, n = ce * 0.0, correct * 0, 0
-                acc.backward(ce * scale)
-            sums += torch.stack([ce.detach().double(), correct.double(), torch.tensor(float(n), device=acc.device, dtype=torch.float64)])
-        grad_norm = torch.zeros(())
-        if cfg.optim.max_grad_norm > 0:
-            grad_norm = acc.clip_grad_norm_(
-                [p for p in self.model.parameters() if p.requires_grad], cfg.optim.max_grad_norm
-            )
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
-        tokens = torch.tensor(float(sum(len(e.token_ids) for e in mine)), device=acc.device, dtype=torch.float64)
-        totals = acc.reduce(torch.cat([sums, tokens[None]]), "sum") if self.world > 1 else torch.cat([sums, tokens[None]])
+        groups = self._groups(batch[self.rank * per : (self.rank + 1) * per])
+        result = self.updater.update_batches(self._micro_batches(groups))
         seconds = time.perf_counter() - t0
-        count = max(float(totals[2]), 1.0)
+        # every process knows the whole batch: its counts need no communication
+        tokens = sum(len(e.token_ids) for e in batch)
         return {
             "step": step + 1,
-            "loss": float(totals[0]) / count,
-            "token_accuracy": float(totals[1]) / count,
-            "trained_tokens": int(totals[2]),
-            "tokens": int(totals[3]),
+            "loss": result.pop("loss/cross_entropy"),
+            "token_accuracy": result.pop("token_accuracy"),
+            "trained_tokens": sum(trained_tokens(e) for e in batch),
+            "tokens": tokens,
             "examples": len(batch),
             "micro_batches": len(groups),
-            "grad_norm": float(grad_norm),
-            "lr": float(self.scheduler.get_last_lr()[0]),
+            **result,  # grad_norm, lr, update_norm, param_norm
             "time/step": seconds,
-            "tokens_per_s": float(totals[3]) / max(seconds, 1e-9),
+            "tokens_per_s": tokens / max(seconds, 1e-9),
         }
 
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Held-out loss and token accuracy (token means over the whole eval set)."""
-        acc = self.accelerator
-        mine = self.eval_examples[self.rank :: self.world]
-        was_training = self.unwrapped.training
-        self.unwrapped.eval()
-        sums = torch.zeros(3, dtype=torch.float64, device=acc.device)
-        groups = self._groups(mine)
-        for j, group in enumerate(self._passes(groups)):
-            ce, correct, n = self._loss(self.unwrapped, group)
-            if j >= len(groups):  # a stand-in pass (FSDP)
-                continue
-            sums += torch.tensor([float(ce), float(correct), float(n)], dtype=torch.float64, device=acc.device)
-        self.unwrapped.train(was_training)
-        if self.world > 1:
-            sums = acc.reduce(sums, "sum")
-        count = float(sums[2])
-        if count == 0:
+        if not self.eval_examples:
             return {}
-        return {"eval/loss": float(sums[0]) / count, "eval/token_accuracy": float(sums[1]) / count}
+        mine = self.eval_examples[self.rank :: self.world]
+        result = self.updater.evaluate(self.unwrapped, self._micro_batches(self._groups(mine)))
+        loss = result.get("loss/cross_entropy", math.nan)
+        if math.isnan(loss):  # no held-out token
+            return {}
+        return {"eval/loss": loss, "eval/token_accuracy": result["token_accuracy"]}
 
     # -------------------------------------------------------------------- loop
     def train(self) -> Path:

@@ -1,4 +1,7 @@
-"""One policy update: epochs x mini-batches x micro-batches over a step's rollouts.
+"""One update loop for every loss: epochs x mini-batches x micro-batches over a step's rollouts
+(:meth:`PolicyUpdater.update`), or one optimizer step over micro-batches a caller built
+(:meth:`PolicyUpdater.update_batches`: ``corrgrpo sft``'s token-budget batches and its
+cross-entropy, the ``sft`` loss).
 
 The loss of every micro-batch is normalised by whole-mini-batch denominators
 (sequences and tokens summed over processes), so gradient accumulation and data
@@ -17,6 +20,7 @@ sampler (``tis_cap``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -25,7 +29,7 @@ import torch
 from trainer.config import OptimConfig
 from trainer.loss_metrics import Max, Mean, MetricAccumulator
 from trainer.losses import LossConfig, LossFn, LossInputs
-from trainer.policy_forward import PackedBatch, token_logprobs
+from trainer.policy_forward import PackedBatch, token_logprobs, token_scores
 from trainer.sampler import mix_seed
 
 __all__ = ["PolicyUpdater"]
@@ -41,14 +45,20 @@ def _chunks(idx: torch.Tensor, size: int) -> list[torch.Tensor]:
     return [idx[i : i + size] for i in range(0, len(idx), size)] or [idx]
 
 
+#: builds the loss inputs of micro-batch ``j`` (``sub``) from its log-probabilities ``[B, L-1]``
+InputsFor = Callable[[int, PackedBatch, torch.Tensor], LossInputs]
+
+
 class PolicyUpdater:
-    """Updates ``model`` with ``loss_fn`` on packed rollouts and their advantages.
+    """Updates ``model`` with ``loss_fn``: on packed rollouts and their advantages
+    (:meth:`update`), or on supervised micro-batches (:meth:`update_batches`).
 
     Args:
         model, optimizer, scheduler: as prepared by Accelerate.
         accelerator: the run's ``Accelerator``.
-        loss_fn, loss_cfg: the policy loss and its hyper-parameters.
-        optim: the ``optim`` config section (epochs, mini- and micro-batch sizes, clipping).
+        loss_fn, loss_cfg: the loss and its hyper-parameters.
+        optim: the ``optim`` config section (epochs, mini- and micro-batch sizes, clipping;
+            :meth:`update_batches` reads only the clipping).
         ref_model: frozen reference for the KL term, or None.
         tis_cap: truncated importance sampling cap, or None.
         seed: seed of the shuffling of later epochs.
@@ -139,6 +149,66 @@ class PolicyUpdater:
             })
         return ratio.clamp(max=self.tis_cap)
 
+    # ------------------------------------------------------------------- passes
+    def _loss_pass(
+        self,
+        model: torch.nn.Module,
+        j: int,
+        sub: PackedBatch,
+        inputs_for: InputsFor,
+        metrics: MetricAccumulator,
+        *,
+        with_entropy: bool = False,
+        supervised: bool = False,
+    ) -> torch.Tensor:
+        """Forward micro-batch ``j`` (``sub``), its loss and diagnostics (added to ``metrics``);
+        returns the loss.
+
+        ``supervised``: logits only at the trained positions (packed rows hold other examples'
+        prompts between them) and the token accuracy logged.
+        """
+        scores = token_scores(model, sub, with_entropy=with_entropy, with_accuracy=supervised,
+                              share_prefix=self.optim.share_prefix, only_trained=supervised)
+        out = self.loss_fn(inputs_for(j, sub, scores.logp))
+        metrics.add(out.metrics, prefix="loss/")
+        mask = sub.loss_mask
+        tokens = float(mask.sum())
+        if scores.entropy is not None:
+            metrics.add({"entropy": Mean(float((scores.entropy * mask).sum()), tokens)})
+        if scores.correct is not None:
+            metrics.add({"token_accuracy": Mean(float((scores.correct * mask).sum()), tokens)})
+        return out.loss
+
+    def _accumulate(
+        self, passes: Sequence[PackedBatch], inputs_for: InputsFor, metrics: MetricAccumulator, **options: bool
+    ) -> None:
+        """Forward and backward passes of one optimizer step; gradients sync on the last one."""
+        acc = self.accelerator
+        for j, sub in enumerate(passes):
+            last = j == len(passes) - 1
+            with nullcontext() if last else acc.no_sync(self.model):
+                acc.backward(self._loss_pass(self.model, j, sub, inputs_for, metrics, **options))
+
+    def _optimizer_step(self, metrics: MetricAccumulator) -> None:
+        """Clip (``optim.max_grad_norm``), log the gradient norm and step the optimizer."""
+        acc = self.accelerator
+        world = acc.num_processes
+        # the norm before clipping; without clipping an infinite bound only measures it
+        bound = self.optim.max_grad_norm if self.optim.max_grad_norm > 0 else math.inf
+        grad_norm = float(acc.clip_grad_norm_(self.model.parameters(), bound))
+        # the same on every process (gradients are all-reduced): weight 1 / world each
+        metrics.add({"grad_norm": Mean(grad_norm / world, 1.0 / world)})
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _finish(self, metrics: MetricAccumulator, before: list[torch.Tensor]) -> dict[str, float]:
+        """Advance the schedule; the step's reduced metrics, learning rate and update norms."""
+        self.scheduler.step()
+        result = metrics.reduce(self.accelerator)
+        result["lr"] = float(self.scheduler.get_last_lr()[0])
+        result.update(self._update_norms(before))
+        return result
+
     # ------------------------------------------------------------------- update
     def update(
         self, packed: PackedBatch, advantages: torch.Tensor, *, any_signal: bool, step: int
@@ -179,40 +249,88 @@ class PolicyUpdater:
                 world = acc.num_processes
                 seq_den = self._global(len(mb)) / world
                 tok_den = max(self._global(packed.loss_mask[mb.to(device)].sum()), 1.0) / world
-                micro_chunks = _chunks(mb, micro)
-                for j, c in enumerate(micro_chunks):
-                    sub = packed.index(c)
-                    rows = c.to(device)
-                    width = sub.loss_mask.shape[1]
-                    last = j == len(micro_chunks) - 1
-                    with nullcontext() if last else acc.no_sync(self.model):
-                        logp, ent = token_logprobs(self.model, sub, with_entropy=(epoch == 0),
-                                                   share_prefix=o.share_prefix)
-                        old = old_logp[rows][:, :width] if old_logp is not None else logp.detach()
-                        ref = ref_logp[rows][:, :width] if ref_logp is not None else None
-                        weights = self._sampler_terms(old, sub, metrics, epoch == 0)
-                        out = self.loss_fn(LossInputs(
-                            logp=logp, old_logp=old, advantages=adv[rows], mask=sub.loss_mask,
-                            options=self.loss_cfg, ref_logp=ref, token_weights=weights,
-                            seq_denominator=seq_den, token_denominator=tok_den,
-                        ))
-                        acc.backward(out.loss)
-                    metrics.add(out.metrics, prefix="loss/")
-                    if ent is not None:
-                        metrics.add({"entropy": Mean(float((ent * sub.loss_mask).sum()),
-                                                     float(sub.loss_mask.sum()))})
-                # the norm before clipping; without clipping an infinite bound only measures it
-                bound = o.max_grad_norm if o.max_grad_norm > 0 else math.inf
-                grad_norm = float(acc.clip_grad_norm_(self.model.parameters(), bound))
-                # the same on every process (gradients are all-reduced): weight 1 / world each
-                metrics.add({"grad_norm": Mean(grad_norm / world, 1.0 / world)})
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
-        result = metrics.reduce(acc)
-        result["lr"] = float(self.scheduler.get_last_lr()[0])
-        result.update(self._update_norms(before))
-        return result
+                chunks = _chunks(mb, micro)
+                inputs_for = self._rollout_inputs([c.to(device) for c in chunks], adv, old_logp, ref_logp,
+                                                  seq_den, tok_den, metrics, epoch == 0)
+                self._accumulate([packed.index(c) for c in chunks], inputs_for, metrics,
+                                 with_entropy=epoch == 0)
+                self._optimizer_step(metrics)
+        return self._finish(metrics, before)
+
+    def _rollout_inputs(
+        self,
+        rows: list[torch.Tensor],
+        adv: torch.Tensor,
+        old_logp: torch.Tensor | None,
+        ref_logp: torch.Tensor | None,
+        seq_den: float,
+        tok_den: float,
+        metrics: MetricAccumulator,
+        first_epoch: bool,
+    ) -> InputsFor:
+        """The loss inputs of the micro-batches of ``rows`` (each micro-batch's row indices):
+        advantages, old and reference log-probabilities, TIS weights, whole-mini-batch
+        denominators."""
+
+        def inputs_for(j: int, sub: PackedBatch, logp: torch.Tensor) -> LossInputs:
+            width = sub.loss_mask.shape[1]
+            old = old_logp[rows[j]][:, :width] if old_logp is not None else logp.detach()
+            ref = ref_logp[rows[j]][:, :width] if ref_logp is not None else None
+            weights = self._sampler_terms(old, sub, metrics, first_epoch)
+            return LossInputs(
+                logp=logp, old_logp=old, advantages=adv[rows[j]], mask=sub.loss_mask,
+                options=self.loss_cfg, ref_logp=ref, token_weights=weights,
+                seq_denominator=seq_den, token_denominator=tok_den,
+            )
+
+        return inputs_for
+
+    def update_batches(self, batches: Sequence[PackedBatch]) -> dict[str, float]:
+        """One optimizer step over this process's micro-batches, as the caller built them
+        (``corrgrpo sft``: token-budget packed or length-bucketed rows); returns the step's
+        reduced metrics.
+
+        The loss gets the trained tokens' log-probabilities and the whole step's denominators
+        (trained tokens and rows summed over processes), no advantages and no old
+        log-probabilities. Logits are computed only at the trained positions, and the token
+        accuracy is logged with the loss's metrics. A micro-batch without trained tokens (a
+        stand-in pass under FSDP) adds nothing to the loss or the metrics. Every process calls
+        this once per step (the denominators are a collective).
+        """
+        acc = self.accelerator
+        world = acc.num_processes
+        self.model.train()
+        metrics = MetricAccumulator()
+        before = self._snapshot()
+        # DDP averages gradients over processes: scale denominators by 1/world
+        seq_den = max(self._global(sum(len(b) for b in batches)), 1.0) / world
+        tokens = sum(float(b.loss_mask.sum()) for b in batches)
+        tok_den = max(self._global(tokens), 1.0) / world
+
+        def inputs_for(j: int, sub: PackedBatch, logp: torch.Tensor) -> LossInputs:
+            return LossInputs(logp=logp, mask=sub.loss_mask, options=self.loss_cfg,
+                              seq_denominator=seq_den, token_denominator=tok_den)
+
+        self._accumulate(batches, inputs_for, metrics, supervised=True)
+        self._optimizer_step(metrics)
+        return self._finish(metrics, before)
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, batches: Sequence[PackedBatch]) -> dict[str, float]:
+        """The loss's metrics and the token accuracy of ``batches`` under ``model`` (no update),
+        reduced over processes as a step's are. ``model``: the unwrapped model, so that
+        processes may make different numbers of passes (DDP's forward is a collective)."""
+        metrics = MetricAccumulator()
+        was_training = model.training
+        model.eval()
+
+        def inputs_for(j: int, sub: PackedBatch, logp: torch.Tensor) -> LossInputs:
+            return LossInputs(logp=logp, mask=sub.loss_mask, options=self.loss_cfg)
+
+        for j, sub in enumerate(batches):
+            self._loss_pass(model, j, sub, inputs_for, metrics, supervised=True)
+        model.train(was_training)
+        return metrics.reduce(self.accelerator)
 
     def _zero_gradient_step(self, optimizer_steps: int, metrics: MetricAccumulator) -> dict[str, float]:
         """Every advantage is 0 and there is no KL term: the loss gradient is exactly 0.

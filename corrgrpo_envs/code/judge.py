@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from corrgrpo_envs.code.inside.check_env import _corrgrpo_check_builtins
 from corrgrpo_sandbox.calls import (
     CallRecord,
     NotPlain,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from corrgrpo_envs.tasks import Task
     from corrgrpo_sandbox import RunResult
 
-__all__ = ["BOUND_STATUS", "CHECK_ENV_SOURCE", "HOST_STATUSES", "CallPlan", "judge"]
+__all__ = ["BOUND_STATUS", "HOST_STATUSES", "CallPlan", "judge"]
 
 #: Statuses the host decides from outside the program: a run with one of them never passes.
 HOST_STATUSES = ("timeout", "output_limit", "sandbox_error")
@@ -41,31 +42,6 @@ HOST_STATUSES = ("timeout", "output_limit", "sandbox_error")
 #: The verdict on a record over the judge's bounds: the decode's (its value would cost too
 #: much to build or use) or the worker's CPU-time deadline. Never passes.
 BOUND_STATUS = "judge:bound"
-
-# Builtins for a check's namespace: the same as usual, except that ``import random``
-# gives a private module whose functions draw from ``Random(0)``. Used in the plan
-# program (sandbox) and for verdicts (host), so both draw the same inputs.
-CHECK_ENV_SOURCE = r'''
-def _corrgrpo_check_builtins():
-    import builtins, random as real, types
-    private = types.ModuleType("random")
-    private.__dict__.update(vars(real))
-    rng = real.Random(0)
-    for name in list(vars(real)):
-        if not name.startswith("_") and hasattr(rng, name):
-            setattr(private, name, getattr(rng, name))
-    real_import = builtins.__import__
-    def checked_import(name, globals=None, locals=None, fromlist=(), level=0):
-        if name == "random" and level == 0:
-            return private
-        return real_import(name, globals, locals, fromlist, level)
-    table = dict(vars(builtins))
-    table["__import__"] = checked_import
-    return table
-'''
-
-_HOST_ENV: dict[str, Any] = {"__name__": "corrgrpo_envs.code.judge.check_env"}
-exec(compile(CHECK_ENV_SOURCE, "<check env>", "exec"), _HOST_ENV)
 
 
 @dataclass(frozen=True)
@@ -155,7 +131,7 @@ def judge(task: Task, plan: CallPlan, result: RunResult) -> str:
     if records is None:
         return "error:DuplicateRecord"
     namespace: dict[str, Any] = {"__name__": "__main__",
-                                 "__builtins__": _HOST_ENV["_corrgrpo_check_builtins"]()}
+                                 "__builtins__": _corrgrpo_check_builtins()}
     try:
         exec(_compiled_check(task), namespace)
         check = namespace["check"]

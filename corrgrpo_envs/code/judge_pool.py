@@ -68,24 +68,6 @@ _HEADER = struct.Struct(">I")
 _POLL_SECONDS = 0.01
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
-# Started as ``python -c _BOOT <folder holding corrgrpo_envs> <the host's sys.path as JSON>``:
-# the check imports what it would have imported in the host; empty package modules stand in for
-# corrgrpo_envs, corrgrpo_envs.code and corrgrpo_sandbox, so importing the judge runs none of
-# their __init__ files (they pull in gymnasium and numpy: half a second per worker).
-_BOOT = r"""
-import json, sys, types
-root = sys.argv[1]
-sys.path[:] = json.loads(sys.argv[2])
-for name, folder in (("corrgrpo_envs", "/corrgrpo_envs"),
-                     ("corrgrpo_envs.code", "/corrgrpo_envs/code"),
-                     ("corrgrpo_sandbox", "/corrgrpo_sandbox")):
-    module = types.ModuleType(name)
-    module.__path__ = [root + folder]
-    sys.modules[name] = module
-from corrgrpo_envs.code.judge_pool import serve
-serve()
-"""
-
 
 # ------------------------------------------------------------------------------ the wire
 def _write(fd: int, message: dict) -> None:
@@ -193,7 +175,8 @@ class _Worker:
     def __init__(self):
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONHASHSEED="random")  # string hashes the program cannot predict
-        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, root, json.dumps(sys.path)],
+        boot = str(Path(__file__).with_name("judge_worker.py"))  # see there why a script
+        self.proc = subprocess.Popen([sys.executable, boot, root, json.dumps(sys.path)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
         self.to_worker = self.proc.stdin.fileno()
         self.from_worker = self.proc.stdout.fileno()

@@ -36,9 +36,9 @@ import hashlib
 import json
 import threading
 
+from corrgrpo_envs.code import inside
 from corrgrpo_envs.code.judge import (
     BOUND_STATUS,
-    CHECK_ENV_SOURCE,
     HOST_STATUSES,
     CallPlan,
     check_source,
@@ -62,31 +62,6 @@ _PLAN_OUTPUT_BYTES = 64 << 20
 #: Least wall seconds a plan gets (4x the candidates' timeout when that is more).
 _PLAN_MIN_TIMEOUT = 20.0
 
-_PLAN_TEMPLATE = r'''
-import io, json, sys
-{plain}
-{check_env}
-_out = sys.stdout
-sys.stdout = io.StringIO()
-_reference = {{"__name__": "__main__"}}
-exec(compile({reference!r}, "<reference>", "exec"), _reference)
-_check = {{"__name__": "__main__", "__builtins__": _corrgrpo_check_builtins()}}
-exec(compile({check!r}, "<check>", "exec"), _check)
-_entry = eval({entry!r}, _reference)
-_inputs = []
-def _recorder(*args, **kwargs):
-    _inputs.append(json.dumps(_plain_encode((args, kwargs), {classes!r}), separators=(",", ":")))
-    return _entry(*args, **kwargs)
-if {entry!r}.isidentifier():
-    _check[{entry!r}] = _recorder  # a check that calls the entry by name calls the candidate
-_passed = True
-try:
-    _check["check"](_recorder)
-except AssertionError:
-    _passed = False
-sys.stdout = _out
-print({marker!r} + json.dumps({{"inputs": _inputs, "passed": _passed}}))
-'''
 
 
 def prompt_classes(prompt: str) -> tuple[str, ...]:
@@ -100,12 +75,11 @@ def prompt_classes(prompt: str) -> tuple[str, ...]:
 
 def plan_program(task: Task) -> str:
     """The trusted program that records the check's calls to the reference."""
-    return _PLAN_TEMPLATE.format(
-        plain=PLAIN_SOURCE, check_env=CHECK_ENV_SOURCE,
-        reference=f"{task['prompt']}\n{task['reference']}\n",
-        check=check_source(task), entry=task["entry_point"], classes=prompt_classes(task["prompt"]),
-        marker=_PLAN_MARKER,
-    )
+    call = (task["prompt"] + "\n" + task["reference"] + "\n", check_source(task), task["entry_point"],
+            prompt_classes(task["prompt"]), _PLAN_MARKER)
+    # the codec, the check's builtins and the plan, then the one line that runs it on this task
+    return "\n".join((PLAIN_SOURCE, inside.source("check_env"), inside.source("plan"),
+                      f"_corrgrpo_plan(*{call!r})\n"))
 
 
 def candidate_program(task: Task, code: str, plan: CallPlan) -> str:
