@@ -19,4 +19,7 @@ export BFCL_WHEEL_DIR="$PWD/.cache/bfcl"
 [ -x .venv-bfcl/bin/python ] || bash scripts/bfcl_venv.sh >/dev/null \
   || echo "warning: .venv-bfcl not built; the BFCL agreement tests will skip"
 .venv/bin/ruff check .
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# Two worker processes (pytest-xdist; PYTEST_WORKERS=0 runs in this process), a test file per
+# worker at a time so module fixtures are built once; the 25 slowest tests are listed at the end.
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist loadfile \
+  --durations=25 "$@"

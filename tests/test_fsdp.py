@@ -11,6 +11,8 @@ import pytest
 import torch
 import yaml
 
+from tests.ports import free_port
+
 pytestmark = pytest.mark.slow  # two processes under accelerate launch, about a minute
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +35,7 @@ def runs(tmp_path_factory):
     subprocess.run([sys.executable, str(SCRIPT), str(one)], check=True, env=_env(), cwd=ROOT, timeout=300)
     subprocess.run(
         [str(LAUNCHER), "launch", "--config_file", str(CONFIGS / "fsdp_cpu.yaml"),
-         "--main_process_port", "29531", str(SCRIPT), str(two)],
+         "--main_process_port", str(free_port()), str(SCRIPT), str(two)],
         check=True, env=_env(), cwd=ROOT, timeout=300,
     )
     return torch.load(one), torch.load(two)

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from agents.episode import Episode
+from tests.ports import free_port
 from trainer.config import ConfigError
 from trainer.policy_forward import PackedBatch, pack_episodes, pack_in_one_row, token_scores
 from trainer.run_logger import read_metrics
@@ -264,7 +265,7 @@ def test_two_processes_match_one(tmp_path, data, launch):
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     subprocess.run([sys.executable, script, str(one), str(data)], check=True, env=env, cwd=ROOT, timeout=600)
     subprocess.run(
-        [str(launcher), "launch", *_LAUNCH[launch], "--main_process_port", "29531", script, str(two), str(data)],
+        [str(launcher), "launch", *_LAUNCH[launch], "--main_process_port", str(free_port()), script, str(two), str(data)],
         check=True, env=env, cwd=ROOT, timeout=600,
     )
     a, b = torch.load(one), torch.load(two)

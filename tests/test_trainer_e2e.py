@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.ports import free_port
 from trainer.config import config_from_dict
 from trainer.losses import available_losses
 from trainer.run_logger import read_metrics
@@ -149,7 +150,7 @@ def test_two_processes_match_one(tmp_path):
     subprocess.run([sys.executable, script, str(one)], check=True, env=env, cwd=ROOT, timeout=600)
     subprocess.run(
         [launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-         "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517",
+         "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
          script, str(two)],
         check=True, env=env, cwd=ROOT, timeout=600,
     )
