@@ -15,6 +15,7 @@ from corrgrpo_envs.core import MultiRewardEnv
 from corrgrpo_envs.registry import resolve
 from corrgrpo_envs.settings import EnvSettings
 from corrgrpo_registry.settings import ConfigError
+from tests.user_env_source import USER_ENV
 
 DOMAINS = {
     "corrgrpo/ScaleDominance-v0": "toy",
@@ -125,23 +126,6 @@ def test_the_trainer_gives_max_turns_to_envs_that_take_it(tmp_path):
     assert env_kwargs(toy) == {"num_tasks": 3, "split": "train"}
 
 
-USER_ENV = """
-from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
-from corrgrpo_envs.tasks import Task, TaskSource
-
-class Untyped(MultiRewardEnv):
-    def __init__(self, n=2, max_turns=1, **kwargs):
-        super().__init__(TaskSource([Task(f"u{i}") for i in range(n)]), ("a",), (0,), (1,), **kwargs)
-        self.max_turns = max_turns
-
-    def _observe_task(self, task):
-        return {"messages": [{"role": "user", "content": task.id}], "tools": []}
-
-    def _act(self, action):
-        return StepOutcome(rewards={"a": 1.0})
-"""
-
-
 def test_an_env_without_settings_gets_its_keyword_arguments_as_before(tmp_path, monkeypatch):
     from trainer.config import config_from_dict
     from trainer.setup import env_kwargs
@@ -150,7 +134,7 @@ def test_an_env_without_settings_gets_its_keyword_arguments_as_before(tmp_path, 
     monkeypatch.syspath_prepend(str(tmp_path))
     restore = corrgrpo_envs.registry.ENVS.snapshot()
     try:
-        corrgrpo_envs.register("user/Untyped-v0", "untyped_env_mod:Untyped")
+        corrgrpo_envs.register("user/Untyped-v0", "untyped_env_mod:UserEnv")
         assert resolve("user/Untyped-v0").settings_class() is None
         assert len(corrgrpo_envs.make("user/Untyped-v0", n=3).unwrapped.task_ids) == 3
         with pytest.raises(TypeError, match="anything"):  # the constructor's own error, as before

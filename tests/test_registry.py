@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from corrgrpo_registry import Registry, is_entry_point, load_entry_point, parse_entry_point
+from tests.user_env_source import USER_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -145,25 +146,6 @@ def test_a_rollout_backend_may_be_an_entry_point():
 
 
 # ------------------------------------------------------------------ env ids: one resolver
-USER_ENV = """
-from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
-from corrgrpo_envs.tasks import Task, TaskSource
-
-class UserEnv(MultiRewardEnv):
-    def __init__(self, n=3, max_turns=1, **kwargs):
-        super().__init__(TaskSource([Task(f"u{i}") for i in range(n)]), ("a",), (0,), (1,), **kwargs)
-        self.max_turns = max_turns
-
-    def _observe_task(self, task):
-        return {"messages": [{"role": "user", "content": task.id}], "tools": []}
-
-    def _act(self, action):
-        return StepOutcome(rewards={"a": 1.0})
-
-NOT_CALLABLE = 3
-"""
-
-
 @pytest.fixture
 def user_module(tmp_path, monkeypatch):
     (tmp_path / "resolver_user_env.py").write_text(USER_ENV)
