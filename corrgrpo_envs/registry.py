@@ -61,6 +61,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "env_configs"
 #: The scheme of an env served by OpenEnv servers.
 OPENENV_SCHEME = "openenv://"
 _OPENENV_ENTRY_POINT = "corrgrpo_envs.integrations.openenv_client:OpenEnvEnv"
+_OPENENV_SETTINGS = "corrgrpo_envs.integrations.openenv_settings:OpenEnvSettings"
 
 #: Keys of a YAML ``env:`` section that are not the env's keyword arguments.
 SECTION_KEYS = ("id", "import")
@@ -106,7 +107,7 @@ def env_settings(prefix: str = "env") -> dict[str, list[Setting]]:
 
     common = {f"{prefix}.{f.name}" if prefix else f.name for f in dataclasses.fields(EnvSettings)}
     out: dict[str, list[Setting]] = {}
-    for env_id in registered_ids():
+    for env_id in [*registered_ids(), "openenv://HOST:PORT"]:
         settings = resolve(env_id).settings_class()
         if settings is not None:  # an env's own settings first, those every env takes after them
             out[env_id] = sorted(describe(settings(), prefix), key=lambda s: s.key in common)
@@ -250,6 +251,7 @@ def _resolve_openenv(addresses: str) -> ResolvedEnv:
         addresses,
         entry_point=_OPENENV_ENTRY_POINT,
         kwargs={"url": addresses},
+        settings=_OPENENV_SETTINGS,
         urls=tuple(parse_urls(addresses)),
     )
 

@@ -47,6 +47,24 @@ def test_the_settings_are_the_constructors_parameters_with_its_defaults(env_id):
         assert getattr(defaults, name) == _plain(param.default), name
 
 
+def test_the_openenv_settings_are_the_clients_parameters_with_its_defaults():
+    from corrgrpo_envs.integrations.openenv_client import OpenEnvEnv
+    from corrgrpo_envs.integrations.openenv_settings import OpenEnvSettings
+
+    resolved = resolve("openenv://127.0.0.1:8000,openenv://127.0.0.1:8001")
+    assert resolved.settings_class() is OpenEnvSettings and resolved.factory() is OpenEnvEnv
+    params = dict(inspect.signature(OpenEnvEnv).parameters)
+    defaults = OpenEnvSettings()
+    assert {f.name for f in dataclasses.fields(OpenEnvSettings)} == set(params)
+    for name, param in params.items():
+        if name != "url":  # required by the client; the resolver always gives it
+            assert getattr(defaults, name) == _plain(param.default), name
+    with pytest.raises(ConfigError, match=r"env.timeout_s: -1.0 is out of range; allowed: > 0"):
+        resolved.build_settings({**resolved.kwargs, "timeout_s": -1}, "env")
+    with pytest.raises(ConfigError, match=r"unknown key 'env.timeout'"):
+        resolved.build_settings({**resolved.kwargs, "timeout": 3}, "env")
+
+
 def test_every_domain_folder_has_the_same_shape():
     for domain in DOMAINS.values():
         assert (ROOT / "corrgrpo_envs" / domain / "settings.py").is_file(), domain

@@ -65,6 +65,7 @@ import numpy as np
 
 from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
 from corrgrpo_envs.integrations.deadline_loop import CLOSE_S, GRACE_S, LoopLease
+from corrgrpo_envs.integrations.openenv_settings import DEFAULT_MAX_OBSERVATION_BYTES
 from corrgrpo_envs.spaces import Conversation
 from corrgrpo_envs.tasks import Task, TaskSource
 
@@ -83,9 +84,6 @@ __all__ = [
 SCHEME = "openenv://"
 #: The environment variable holding the servers' shared token (``corrgrpo serve --token``).
 TOKEN_ENV = "CORRGRPO_OPENENV_TOKEN"
-#: Default cap on one answer of a server (an observation, a task listing): far above a
-#: conversation, far below what would exhaust a trainer's memory over P*G sessions.
-DEFAULT_MAX_OBSERVATION_BYTES = 8 << 20
 #: Rewards, bounds and weights are stored as float32: a larger finite value would become inf.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: The text a first episode is stepped with when the components must be learned.
