@@ -339,8 +339,8 @@ def _serve_once(*args: str, env: dict[str, str] | None = None, cli: bool = False
     "args, says",
     [
         (["corrgrpo/NoSuch-v0"], "unknown env id 'corrgrpo/NoSuch-v0'"),
-        ([ENV, "bogus=1"], "unexpected keyword argument 'bogus'"),
-        ([ENV, "split=nosuch"], "split must be one of"),
+        ([ENV, "bogus=1"], "unknown key 'bogus'; allowed keys:"),
+        ([ENV, "split=nosuch"], "split: 'nosuch' is not allowed; allowed values: one of 'train', 'eval', 'all'"),
         ([ENV, "split"], "'split' is not key=value"),
         ([ENV, "--session-idle-s", "0"], "session_idle_s must be a positive number"),
         ([ENV, "--token", ""], "--token is empty"),

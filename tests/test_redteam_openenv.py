@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.commands import redteam as command
+from corrgrpo_envs.redteam import command
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = ["openenv_server_session_flood", "openenv_server_oversize_body", "openenv_server_request_flood",

@@ -46,8 +46,10 @@ def _cfg(tmp_path: Path, data: Path, **sections):
         "model": {"name_or_path": "tiny"},
         "data": {"source": "file", "files": [str(data)], "eval_fraction": 0.25},
         "optim": {"lr": 3e-3},
+        # one torch thread: the automatic count follows the machine's load, and two counts add
+        # in two orders (the resume test compares two runs to the last bit)
         "train": {"steps": 4, "batch_size": 8, "micro_batch_tokens": 128, "seed": 0,
-                  "progress": False, "tensorboard": False, "save_final": False,
+                  "progress": False, "tensorboard": False, "save_final": False, "torch_threads": 1,
                   "output_dir": str(tmp_path / "run")},
     }
     for name, values in sections.items():

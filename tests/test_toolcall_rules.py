@@ -80,7 +80,7 @@ def test_env_option():
     _, reward, *_ = env.step(render_answer([*calls, decoy]))
     paper = score_answer(render_answer([*calls, decoy]), calls, env.task["expects_response"], "paper")
     assert reward.sum() < sum(paper.rewards.values())
-    with pytest.raises(ValueError, match="rules must be one of"):
+    with pytest.raises(ValueError, match="rules: 'lenient' is not allowed; allowed values: one of 'paper', 'strict'"):
         corrgrpo_envs.make("corrgrpo/ToolCall-v0", num_tasks=3, rules="lenient")
     assert RULE_SETS == ("paper", "strict")
 
