@@ -43,25 +43,27 @@ class ScriptedServer:
                     if behaviour == "slow":
                         time.sleep(1.0)
                     time.sleep(server.delay)
-                    if isinstance(behaviour, int):
-                        self.send_response(behaviour)
-                        self.end_headers()
-                        self.wfile.write(b'{"error": "scripted"}')
-                        return
-                    if self.path != "/v1/chat/completions":
-                        self.send_response(404)
-                        self.end_headers()
-                        return
-                    reply = server.reply(body)
-                    data = json.dumps(reply).encode()
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
                 finally:
+                    # done before the answer goes out: once the client has it, it may send the
+                    # next request before this thread would get back to a count after the write
                     with server.lock:
                         server.in_flight -= 1
+                if isinstance(behaviour, int):
+                    self.send_response(behaviour)
+                    self.end_headers()
+                    self.wfile.write(b'{"error": "scripted"}')
+                    return
+                if self.path != "/v1/chat/completions":
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                reply = server.reply(body)
+                data = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
