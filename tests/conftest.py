@@ -16,11 +16,3 @@ from hypothesis import settings
 settings.register_profile("deterministic", derandomize=True, database=None, deadline=None)
 settings.register_profile("explore", derandomize=False, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
-
-
-def pytest_collection_modifyitems(config, items):
-    """Files with minute-scale (``slow``) tests first, each file's own order kept: the xdist
-    workers take files in this order, and the short files then fill the end of the run
-    instead of one worker finishing a long file while the other waits."""
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: order within a file stays
