@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from corrgrpo_sandbox.calls import channel_text
 from corrgrpo_sandbox.runner import RUNNER_SOURCE
 from corrgrpo_sandbox.seccomp import program_filter, syscall_numbers
-from corrgrpo_sandbox.types import MINIMAL_ENV, Limits, RunResult
+from corrgrpo_sandbox.types import MINIMAL_ENV, Limits, RunResult, decided_status
 
 __all__ = ["Sandbox", "append_capped", "runner_command"]
 
@@ -113,14 +113,7 @@ class Sandbox(ABC):
         if not status_pipe:
             status_text, stderr = _split_status_from_stderr(stderr, token)
         status, exec_seconds = _parse_status(status_text, token)
-        if over == "timeout":
-            status = "timeout"
-        elif over == "output":
-            status = "output_limit"
-        elif status is None:
-            status = "killed"
-            if proc.returncode is not None and proc.returncode < 0:
-                status = f"killed:{signal.Signals(-proc.returncode).name}"
+        status = decided_status(status, over, proc.returncode)
         # (``cpu_seconds`` comes from the run's control group, read by the backend: the rusage
         # of the process started here misses descendants that were reaped automatically)
         return RunResult(status, stdout, stderr, exec_seconds, wall, proc.returncode, self.name,

@@ -44,7 +44,6 @@ why). When the host's end of the attach stream closes, the container's stdin end
 from __future__ import annotations
 
 import queue
-import signal
 import socket
 import struct
 import threading
@@ -55,7 +54,7 @@ from corrgrpo_sandbox.base import _parse_status, append_capped
 from corrgrpo_sandbox.calls import channel_text
 from corrgrpo_sandbox.inside import program_text
 from corrgrpo_sandbox.runner import SERVER_DEFINITIONS
-from corrgrpo_sandbox.types import Limits, RunResult
+from corrgrpo_sandbox.types import Limits, RunResult, decided_status
 
 __all__ = ["RELAY_SOURCE", "ContainerSession", "frame", "relay_command"]
 
@@ -225,12 +224,7 @@ class ContainerSession:
             cpu_seconds = int(cpu) / 1e9 if cpu.isdigit() else None
             if kind_text == "timeout":
                 status = "timeout"
-        if over == "output":
-            status = "output_limit"
-        elif status is None:
-            status = "killed"
-            if returncode is not None and returncode < 0:
-                status = f"killed:{signal.Signals(-returncode).name}"
+        status = decided_status(status, over, returncode)
         stdout = b"".join(chunks[0]).decode("utf-8", "replace")
         stderr = b"".join(chunks[1]).decode("utf-8", "replace")
         return RunResult(status, stdout, stderr, exec_seconds, wall, returncode, self.backend,

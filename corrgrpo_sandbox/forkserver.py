@@ -59,6 +59,7 @@ from corrgrpo_sandbox.types import (
     Limits,
     RunResult,
     SandboxUnavailable,
+    decided_status,
     new_token,
 )
 
@@ -194,12 +195,7 @@ class ForkServer:
             self.healthy = self.healthy and clean
             if kind == "timeout":
                 status = "timeout"
-        if over == "output":
-            status = "output_limit"
-        elif status is None:
-            status = "killed"
-            if returncode is not None and returncode < 0:
-                status = f"killed:{signal.Signals(-returncode).name}"
+        status = decided_status(status, over, returncode)
         stdout = outputs[0].decode("utf-8", "replace")
         stderr = outputs[1].decode("utf-8", "replace")
         return RunResult(status, stdout, stderr, exec_seconds, wall, returncode, self.backend,

@@ -8,9 +8,10 @@ an import cycle.
 from __future__ import annotations
 
 import secrets
+import signal
 from dataclasses import dataclass, field
 
-__all__ = ["MINIMAL_ENV", "SANDBOX_CWD", "Limits", "RunResult", "SandboxDowngrade",
+__all__ = ["MINIMAL_ENV", "SANDBOX_CWD", "Limits", "RunResult", "SandboxDowngrade", "decided_status",
            "SandboxUnavailable", "new_token"]
 
 #: The whole environment a sandboxed program sees (no variable of the parent leaks).
@@ -116,3 +117,17 @@ def new_token() -> str:
     """A one-time random hex name: the token that tags a run's status lines, a control
     group's name."""
     return secrets.token_hex(16)
+
+
+def decided_status(reported: str | None, over: str | None, returncode: int | None) -> str:
+    """A run's status as the host decides it: a bound the host enforced (``over``: ``timeout``
+    or ``output``) first, else what the program's channel reported, else how it died."""
+    if over == "timeout":
+        return "timeout"
+    if over == "output":
+        return "output_limit"
+    if reported is not None:
+        return reported
+    if returncode is not None and returncode < 0:
+        return f"killed:{signal.Signals(-returncode).name}"
+    return "killed"
