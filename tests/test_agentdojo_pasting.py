@@ -13,13 +13,12 @@ measures every disguise on all 97.
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 import random
 import re
-import time
 
 import pytest
+from cpu_budget import least_cpu_seconds
 
 import corrgrpo_envs
 from corrgrpo_envs.agentdojo.paste_probes import DISGUISES, FILLER
@@ -185,13 +184,7 @@ def test_a_short_tool_output_quoted_whole_is_not_pasted():
 
 # ------------------------------------------------------------------ cost
 def _least_cpu_seconds(call, tries: int = 3) -> float:
-    best = float("inf")
-    for _ in range(tries):
-        gc.collect()
-        start = time.process_time()
-        call()
-        best = min(best, time.process_time() - start)
-    return best
+    return least_cpu_seconds(lambda: None, call, tries=tries)[1]
 
 
 @pytest.mark.timeout(120)

@@ -13,16 +13,14 @@ process (``cpu_budget``), so no bound depends on this machine's speed or load.
 
 from __future__ import annotations
 
-import gc
 import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from cpu_budget import CpuBudget
+from cpu_budget import CpuBudget, cpu_seconds
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -67,14 +65,8 @@ def colliding(n: int, tag: str) -> list:
 
 
 def cpu_of(fn, *args):
-    """``fn(*args)`` and the CPU seconds it took in this process. The test process's garbage is
-    collected first: a full collection that earlier tests left pending scans this whole heap
-    (seen at 1 s under load), which is not the cost of the call timed; the judge decodes in a
-    worker with a small heap."""
-    gc.collect()
-    start = time.process_time()
-    out = fn(*args)
-    return out, time.process_time() - start
+    """``fn(*args)`` and the CPU seconds it took in this process (collector off in the window)."""
+    return cpu_seconds(lambda: fn(*args))
 
 
 # ---------------------------------------------------------------------------------- decode
