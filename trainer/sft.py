@@ -129,7 +129,7 @@ class SFTTrainer:
         from trainer.lora import trainable_parameters
         from trainer.run_context import RunContext
         from trainer.sampler import TaskSampler
-        from trainer.threads import choose_threads, configure_threads
+        from trainer.threads import apply_threads
 
         self.cfg = cfg
         t = cfg.train
@@ -139,8 +139,7 @@ class SFTTrainer:
         )
         self.accelerator, self.rank, self.world, self.output_dir = run.accelerator, run.rank, run.world, run.output_dir
         run.per_process("train.batch_size", t.batch_size)
-        self.torch_threads = configure_threads(t.torch_threads)
-        self.torch_threads_source = choose_threads(t.torch_threads)[1]
+        self.torch_threads, self.torch_threads_source = apply_threads(t.torch_threads)
 
         model, self.tokenizer = run.build_model()
         self.trainable, self.total_params = trainable_parameters(model)

@@ -37,6 +37,7 @@ __all__ = [
     "running_elsewhere",
     "choose_threads",
     "configure_threads",
+    "apply_threads",
     "threads_from_environment",
     "worker_env",
     "THREAD_ENV_VARS",
@@ -143,11 +144,21 @@ def configure_threads(
     reward_workers: int = 0,
     reward_executor: str = "thread",
 ) -> int:
+    """Set torch's intra-op threads (see :func:`apply_threads`); returns the thread count set."""
+    return apply_threads(requested, reward_workers, reward_executor)[0]
+
+
+def apply_threads(
+    requested: int | None,
+    reward_workers: int = 0,
+    reward_executor: str = "thread",
+) -> tuple[int, str]:
     """Set torch's intra-op threads: ``requested``, else ``OMP_NUM_THREADS``, else :func:`auto_torch_threads`.
 
     Also exports one thread per OpenMP/MKL pool for worker processes started later
     (unless the variables are already set), so reward workers do not oversubscribe the
-    cores. Returns the thread count set.
+    cores. Returns the thread count set and where it came from (as :func:`choose_threads`):
+    the automatic count reads the machine's load, so asking twice may give two answers.
 
     Raises:
         ValueError: ``requested`` is below 1.
@@ -156,10 +167,10 @@ def configure_threads(
 
     if requested is not None and requested < 1:
         raise ValueError(f"rollout.torch_threads: must be >= 1, got {requested}")
-    threads, _ = choose_threads(requested, reward_workers, reward_executor)
+    threads, source = choose_threads(requested, reward_workers, reward_executor)
     torch.set_num_threads(threads)
     if reward_executor == "process":
         for var, value in worker_env(1).items():
             if var not in os.environ:
                 os.environ[var] = _EXPORTED[var] = value
-    return threads
+    return threads, source

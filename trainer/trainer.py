@@ -52,7 +52,7 @@ from trainer.rollout import (
 )
 from trainer.run_context import RunContext
 from trainer.sampler import TaskSampler, mix_seed
-from trainer.threads import choose_threads, configure_threads
+from trainer.threads import apply_threads
 from trainer.update import PolicyUpdater
 from trainer.zero_rewards import ZeroRewardWatch
 
@@ -78,8 +78,8 @@ class Trainer:
         self.groups_per_process = run.per_process("algorithm.prompts_per_step", a.prompts_per_step)
 
         r = cfg.rollout  # threads first: reward worker processes inherit their OMP/MKL settings
-        self.torch_threads = configure_threads(r.torch_threads, r.reward_workers, r.reward_executor)
-        self.torch_threads_source = choose_threads(r.torch_threads, r.reward_workers, r.reward_executor)[1]
+        self.torch_threads, self.torch_threads_source = apply_threads(
+            r.torch_threads, r.reward_workers, r.reward_executor)
         if r.overlap:  # set before the rollout engine exists: vLLM fixes its count when it starts
             side_threads, worker_threads = overlap_threads(self.torch_threads, r.backend)
             torch.set_num_threads(side_threads)

@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from corrgrpo_envs.integrations.openenv_client import RemoteEnvError
     from trainer.config import load_config
     from trainer.evaluate import evaluate
+    from trainer.threads import apply_threads
 
     console = Console(stderr=True)
     cfg = load_or_report(load_config, args, console)
@@ -40,6 +41,10 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpoint and not Path(args.checkpoint).is_dir():
         console.print(f"[red]error:[/red] --checkpoint {args.checkpoint}: no such folder", soft_wrap=True)
         return 2
+    # the trainer's rule: torch's default (a thread per core) collapses tens of times when
+    # another process holds a core, as it does in a test suite or beside a training run
+    threads, source = apply_threads(cfg.rollout.torch_threads)
+    console.print(f"corrgrpo eval {escape(str(cfg.env['id']))} | {threads} torch thread(s) ({source})", soft_wrap=True)
     try:  # evaluate() closes its envs however it ends
         result = evaluate(
             cfg, checkpoint=args.checkpoint, split=args.split, limit=args.limit,
