@@ -31,7 +31,14 @@ from typing import Any, Literal
 import gymnasium as gym
 
 from corrgrpo_registry import Registry, is_entry_point, load_entry_point, parse_entry_point
-from corrgrpo_registry.settings import ConfigError, Setting, build, describe, validate
+from corrgrpo_registry.settings import (
+    ConfigError,
+    Setting,
+    build,
+    describe,
+    env_constructor_kwargs,
+    validate,
+)
 from corrgrpo_registry.yaml_files import load_yaml
 
 __all__ = [
@@ -62,9 +69,6 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "env_configs"
 OPENENV_SCHEME = "openenv://"
 _OPENENV_ENTRY_POINT = "corrgrpo_envs.integrations.openenv_client:OpenEnvEnv"
 _OPENENV_SETTINGS = "corrgrpo_envs.integrations.openenv_settings:OpenEnvSettings"
-
-#: Keys of a YAML ``env:`` section that are not the env's keyword arguments.
-SECTION_KEYS = ("id", "import")
 
 Kind = Literal["registered", "entry_point", "yaml", "openenv"]
 
@@ -286,7 +290,7 @@ def _resolve_yaml(text: str) -> ResolvedEnv:
         raise
     except ValueError as exc:  # an unknown id or a bad address: say which file names it
         raise ConfigError(f"{path}: env.id: {exc}", "env.id") from None
-    kwargs = {k: v for k, v in section.items() if k not in SECTION_KEYS}
+    kwargs = env_constructor_kwargs(section)
     return dataclasses.replace(target, kind="yaml", kwargs=kwargs, section=section, path=path,
                                target=target)
 

@@ -36,6 +36,8 @@ from typing import Any, Literal
 
 __all__ = [
     "ConfigError",
+    "ENV_SECTION_KEYS",
+    "env_constructor_kwargs",
     "Range",
     "Setting",
     "build",
@@ -306,3 +308,13 @@ def describe(obj: Any, prefix: str = "") -> list[Setting]:
             allowed = ", ".join(map(str, f.metadata["choices"]))
         out.append(Setting(key, type_name(hints[f.name]), value, docs.get(f.name, ""), allowed))
     return out
+
+
+#: Keys of a YAML ``env:`` section that are not the env's keyword arguments: the env's id and
+#: the modules to import before resolving it.
+ENV_SECTION_KEYS = ("id", "import")
+
+
+def env_constructor_kwargs(section: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``env:`` section's keyword arguments for the env (:data:`ENV_SECTION_KEYS` left out)."""
+    return {k: v for k, v in section.items() if k not in ENV_SECTION_KEYS}

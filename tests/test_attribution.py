@@ -64,6 +64,19 @@ def _attributed(seed: int, estimator: str, options: dict):
 
 
 @pytest.mark.parametrize(("estimator", "options"), CASES)
+def test_compute_advantages_keeps_the_decomposition_it_summed(estimator, options):
+    """The trainer computes a step's decomposition once: ``compute_advantages`` sums it and
+    keeps it, and the attribution made from it is the one computed afresh."""
+    rewards, ids, weights = _batch(3)
+    result = compute_advantages(rewards, ids, estimator, weights, **options)
+    assert result.decomposition is not None
+    again = attribute(result.groups, estimator, options)
+    kept = attribute(result.groups, estimator, options, result.advantages, result.decomposition)
+    assert torch.equal(kept.parts, again.parts)
+    assert torch.equal(result.decomposition.parts.sum(dim=1).float(), result.advantages)
+
+
+@pytest.mark.parametrize(("estimator", "options"), CASES)
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_every_estimator_is_the_sum_of_its_parts(estimator, options, seed):

@@ -813,11 +813,14 @@ class AdvantageResult:
         advantages: ``[N]`` float32, one per response, in the input order.
         stats: diagnostics of the batch (:class:`AdvantageStats`).
         groups: the batch's group statistics (float64), e.g. for ``trainer.attribution``.
+        decomposition: the estimator's parts when it is written as one (:func:`decomposed`),
+            the same ones its advantages were summed from; None otherwise.
     """
 
     advantages: torch.Tensor
     stats: AdvantageStats
     groups: RewardGroups | None = None
+    decomposition: Decomposition | None = None
 
 
 def compute_advantages(
@@ -858,7 +861,12 @@ def compute_advantages(
             f"accepted: {', '.join(allowed) if allowed else 'none'}"
         )
     groups = group_rewards(rewards, group_ids, weights)
-    advantages = fn(groups, **options)
+    decomposition = None
+    if getattr(fn, "__wrapped__", None) is getattr(fn, "attribution", False):  # made by decomposed()
+        decomposition = Decomposition(*fn.attribution(groups, **options))  # type: ignore[attr-defined]
+        advantages = decomposition.parts.sum(dim=1)  # what fn(groups) computes, kept for attribution
+    else:
+        advantages = fn(groups, **options)
     if advantages.shape != groups.index.shape:
         raise ValueError(
             f"estimator {estimator!r} returned shape {tuple(advantages.shape)}, "
@@ -875,4 +883,5 @@ def compute_advantages(
     if estimator == "corrgrpo":
         diag_options = {k: v for k, v in options.items() if k in ("eps", "min_denominator")}
     stats = diagnose(groups, **diag_options)
-    return AdvantageResult(advantages=advantages.to(torch.float32), stats=stats, groups=groups)
+    return AdvantageResult(advantages=advantages.to(torch.float32), stats=stats, groups=groups,
+                           decomposition=decomposition)

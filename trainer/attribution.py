@@ -35,7 +35,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.advantages import ACTIVITY_RTOL, DecompositionFn, RewardGroups, get_estimator
+from trainer.advantages import (
+    ACTIVITY_RTOL,
+    Decomposition,
+    DecompositionFn,
+    RewardGroups,
+    get_estimator,
+)
 
 __all__ = ["Attribution", "attribute", "attribution_metrics", "register_attribution"]
 
@@ -105,18 +111,20 @@ def register_attribution(name: str) -> Callable[[DecompositionFn], Decomposition
 
 
 def attribute(groups: RewardGroups, estimator: str, options: dict[str, Any] | None = None,
-              advantages: torch.Tensor | None = None) -> Attribution:
+              advantages: torch.Tensor | None = None,
+              decomposition: Decomposition | None = None) -> Attribution:
     """Each component's part of the advantages of ``estimator`` on ``groups``.
 
     ``advantages`` (the estimator's output, ``[N]``) is needed only for an estimator
-    without a declared decomposition (computed here when not given).
+    without a declared decomposition (computed here when not given); ``decomposition``
+    (``compute_advantages``'s, on the same groups) saves computing the declared one again.
     """
     options = dict(options or {})
     fn = get_estimator(estimator)
     decompose = getattr(fn, "attribution", None)
     valid = groups.valid[:, None]
     if decompose is not None:
-        parts, weight = decompose(groups, **options)
+        parts, weight = decomposition if decomposition is not None else decompose(groups, **options)
         parts = torch.where(valid, parts.to(torch.float64), 0.0)
         if weight is not None and weight.dim() == 1:  # undefined where nothing varies (1/eps for GRPO)
             weight = torch.where(groups.active.any(dim=1), weight.to(torch.float64), float("nan"))

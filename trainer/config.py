@@ -25,7 +25,15 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
-from corrgrpo_registry.settings import ConfigError, Range, build, check_moved, num_field, validate
+from corrgrpo_registry.settings import (
+    ConfigError,
+    Range,
+    build,
+    check_moved,
+    env_constructor_kwargs,
+    num_field,
+    validate,
+)
 from corrgrpo_registry.yaml_files import key_lines, load_yaml
 from trainer.lora import LoraConfig
 from trainer.loss_aggregation import AGG_MODES
@@ -52,7 +60,6 @@ __all__ = [
     "config_from_dict",
     "apply_overrides",
     "config_to_dict",
-    "ENV_OWN_KEYS",
     "env_constructor_kwargs",
     "import_env_modules",
 ]
@@ -362,15 +369,6 @@ MOVED_KEYS: dict[str, str] = {
 def config_from_dict(data: dict[str, Any]) -> Config:
     """Build and validate a :class:`Config` from a plain mapping."""
     return validate(build(Config, data, moved=MOVED_KEYS))
-
-
-#: keys of the ``env`` section that are not the env's keyword arguments
-ENV_OWN_KEYS = ("id", "import")
-
-
-def env_constructor_kwargs(env: dict[str, Any]) -> dict[str, Any]:
-    """The ``env`` section's keyword arguments for the env (``id`` and ``import`` left out)."""
-    return {k: v for k, v in env.items() if k not in ENV_OWN_KEYS}
 
 
 def import_env_modules(env: dict[str, Any]) -> list[str]:

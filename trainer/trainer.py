@@ -255,7 +255,8 @@ class Trainer:
         record: dict[str, Any] = {"step": step + 1}
         record.update(reward_metrics(all_rewards, self.weights, self.reward_names, result.stats.to_dict()))
         a = self.cfg.algorithm
-        attribution = attribute(result.groups, a.estimator, a.estimator_options, result.advantages)
+        attribution = attribute(result.groups, a.estimator, a.estimator_options, result.advantages,
+                                result.decomposition)
         record.update(attribution_metrics(attribution, self.reward_names))
         for name, weight in zip(self.reward_names, self.weights):
             record[f"reward_weight/{name}"] = float(weight)
