@@ -4,8 +4,9 @@ Each script runs in a fresh folder holding a copy of ``docs/tutorials/``, with t
 interpreter's ``corrgrpo`` and ``python`` first on ``PATH``, so the example configs are found
 the way a user's are (by file name, from the installed package). Training commands are the
 pages' own, shortened: :data:`FAST_TRAIN` and :data:`FAST_SFT` are appended to each ``corrgrpo
-train`` and ``corrgrpo sft`` (later overrides win), a checkpoint named by its step is the
-shortened run's last one, and ``--limit`` evaluates a few tasks.
+train`` and ``corrgrpo sft`` (later overrides win), :data:`FAST_EVAL` to each ``corrgrpo eval``,
+a checkpoint named by its step is the shortened run's last one, and ``--limit`` evaluates a
+few tasks.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ TUTORIALS = DOCS / "tutorials"
 FAST_STEPS = 2
 FAST_TRAIN = (f"train.steps={FAST_STEPS} algorithm.prompts_per_step=2 algorithm.group_size=4 "
               "rollout.max_new_tokens=12 train.progress=false train.report_to=none")
+FAST_EVAL = "rollout.max_new_tokens=12"
 FAST_SFT = (f"train.steps={FAST_STEPS} train.batch_size=1 data.max_examples=4 "
             "data.max_eval_examples=1 train.eval_every=1 train.progress=false train.report_to=none")
 
@@ -37,11 +39,11 @@ FAST_SFT = (f"train.steps={FAST_STEPS} train.batch_size=1 data.max_examples=4 "
 def shortened(script: str) -> str:
     """``script`` with its training commands shortened (see the module's docstring)."""
     def fast(match: re.Match[str]) -> str:
-        extra = FAST_SFT if match.group("cmd") == "sft" else FAST_TRAIN
+        extra = {"sft": FAST_SFT, "train": FAST_TRAIN, "eval": FAST_EVAL}[match.group("cmd")]
         command = match.group(0).rstrip()
         return f"{command} {extra}{match.group(0)[len(command):]}"
 
-    script = re.sub(r"corrgrpo (?P<cmd>train|sft) [^#\n;&|]*", fast, script)
+    script = re.sub(r"corrgrpo (?P<cmd>train|sft|eval) [^#\n;&|]*", fast, script)
     script = re.sub(r"checkpoint-\d+", f"checkpoint-{FAST_STEPS}", script)
     return re.sub(r"--limit \d+", "--limit 2", script)
 
@@ -89,7 +91,7 @@ def test_shortened_appends_overrides_and_keeps_comments():
     out = shortened(script).splitlines()
     assert out[0] == f"corrgrpo train quickstart.yaml a.b=1 {FAST_TRAIN}   # note"
     assert out[1] == f"for s in 0 1; do corrgrpo train x.yaml train.seed=$s {FAST_TRAIN}; done"
-    assert out[2] == f"corrgrpo eval x.yaml --checkpoint runs/r/checkpoint-{FAST_STEPS} --limit 2"
+    assert out[2] == f"corrgrpo eval x.yaml --checkpoint runs/r/checkpoint-{FAST_STEPS} --limit 2 {FAST_EVAL}"
 
 
 # ------------------------------------------------------------------ the pages, in order
@@ -155,9 +157,11 @@ def test_train_on_an_openenv_server(workdir):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_compare_estimators(workdir):
-    out = run_tutorial("compare.sh", workdir, timeout=900, replace={"0 1 2": "0 1"})
+    # one seed of the page's three: each run is a process start (torch, transformers) and a
+    # training; compare.py's spread over one seed is 0
+    out = run_tutorial("compare.sh", workdir, timeout=900, replace={"0 1 2": "0"})
     for estimator in ("grpo", "corrgrpo", "gdpo"):
-        for seed in (0, 1):
+        for seed in (0,):
             assert len(_metrics(workdir / "runs" / f"quickstart-{estimator}-s{seed}")) == FAST_STEPS
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if re.match(r"estimator +weighted +digits", line))

@@ -48,6 +48,18 @@ def test_eval_reference_policy_scores_the_reference(tmp_path):
     assert result["metrics"]["digits"] == pytest.approx(32.0)
 
 
+def test_overrides_may_follow_the_options(tmp_path, capsys):
+    """``eval run.yaml --limit 2 KEY=VALUE``: the overrides after an option are the run's too."""
+    out = tmp_path / "ref.json"
+    assert main(["eval", "env_configs/quickstart.yaml", *TOY[:2], "--policy", "reference", "--split", "all",
+                 "--out", str(out), *TOY[2:], "env.num_tasks=6"]) == 0
+    assert json.loads(out.read_text())["tasks"] == 6  # the last override wins, as before the options
+    with pytest.raises(SystemExit) as info:
+        main(["eval", "env_configs/quickstart.yaml", "--limit", "2", "--bogus", "train.seed=1"])
+    assert info.value.code == 2
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
 def test_train_rejects_bad_override(capsys):
     assert main(["train", "env_configs/quickstart.yaml", "algorithm.estimatr=grpo"]) == 2
     err = capsys.readouterr().err

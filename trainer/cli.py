@@ -48,6 +48,26 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     return parser, modules
 
 
+def parse_intermixed(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed, with ``KEY=VALUE`` overrides allowed after the options too.
+
+    argparse gives a ``nargs="*"`` positional only the words before the first option, so
+    ``corrgrpo eval run.yaml --limit 5 rollout.max_new_tokens=64`` would be refused; its
+    trailing overrides are taken here, in order, after the ones given before the options.
+    (``parse_intermixed_args`` does this, but not under subcommands.)
+    """
+    args, rest = parser.parse_known_args(argv)
+    later = [a for a in rest if "=" in a and not a.startswith("-")]
+    unknown = [a for a in rest if a not in later]
+    if later and isinstance(getattr(args, "overrides", None), list):
+        args.overrides = [*args.overrides, *later]
+    elif later:
+        unknown = rest
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``corrgrpo`` command."""
     if argv is not None:
@@ -60,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     parser, modules = build_parser()
-    args = parser.parse_args(sys.argv[1:])
+    args = parse_intermixed(parser, sys.argv[1:])
     if args.command is None:
         parser.print_help()
         return 2
