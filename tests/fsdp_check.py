@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from trainer.cli import close_process_group
 from trainer.config import config_from_dict
 from trainer.fsdp import full_state_dict, is_sharded
 from trainer.trainer import Trainer
@@ -86,3 +87,4 @@ def main(out: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    close_process_group()  # an exit with the gloo group alive can abort the process

@@ -156,3 +156,19 @@ def test_rollout_server_failure_ends_in_one_error_line(capsys, monkeypatch):
     assert main(["train", "env_configs/quickstart.yaml"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: rollout server http://127.0.0.1:9") and "Traceback" not in err
+
+
+def test_the_command_destroys_the_process_group_a_launched_run_left(tmp_path, monkeypatch):
+    """A launched run's gloo group is destroyed when the command returns, not left to the exit."""
+    import torch.distributed as dist
+
+    def run_in_a_group(args):  # what `corrgrpo train` does under `accelerate launch`, in one process
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+        assert dist.is_initialized()
+        return 0
+
+    import trainer.commands.advantages as command
+
+    monkeypatch.setattr(command, "run", run_in_a_group)
+    assert main(["advantages"]) == 0
+    assert not dist.is_initialized()

@@ -16,6 +16,7 @@ from trl import GRPOConfig
 
 from corrgrpo_envs.integrations.trl import for_trl
 from tests.test_trl_adapter import _tiny_model_and_tokenizer
+from trainer.cli import close_process_group
 from trainer.integrations.trl import CorrGRPOTrainer
 
 
@@ -48,6 +49,8 @@ def main(out_dir: str) -> None:
     rank = trainer.accelerator.process_index
     record = {"world": trainer.accelerator.num_processes, "batches": Recording.batches}
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(record))
+    trainer.accelerator.wait_for_everyone()
+    close_process_group()  # an exit with the gloo group alive can abort the process
 
 
 if __name__ == "__main__":

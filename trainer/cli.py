@@ -84,7 +84,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return int(modules[args.command].run(args) or 0)  # type: ignore[attr-defined]
+    try:
+        return int(modules[args.command].run(args) or 0)  # type: ignore[attr-defined]
+    finally:
+        close_process_group()
+
+
+def close_process_group() -> None:
+    """Destroy the torch.distributed process group a launched run set up, if any.
+
+    Left to the interpreter's exit, gloo's worker threads can be torn down while still joinable,
+    and the process then aborts ("terminate called without an active exception") after its work
+    is done, failing the whole launch.
+    """
+    torch = sys.modules.get("torch")  # a command that never imported torch has no group
+    if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
