@@ -6,12 +6,16 @@ each with and without the group's prompt prefilled once (``HFPolicy(share_prompt
     python -m bench.generation --models smollm2-135m --prompts toolcall-long --batch 8 \
         --new-tokens 32 --contenders static,static+shared --baseline static --repeats 2 --rounds 2
     .venv-vllm/bin/python -m bench.generation --vllm    # also VLLMPolicy (vLLM CPU)
+    .venv-vllm/bin/python -m bench.generation --models smollm2-135m --prompts toolcall-long --batch 8 \
+        --new-tokens 32 --contenders static,static+shared,vllm,vllm-noprefix --baseline static
 
 Contenders: ``generate`` and ``static`` (each prompt prefilled once per row),
 ``generate+shared`` and ``static+shared`` (each distinct prompt
 prefilled once, its key/value cache copied to the G rows of its group; prompts under
 ``agents.hf_policy.MIN_SHARED_PROMPT`` tokens, such as the anchor's, are not shared), ``vllm``
-(prefix caching on). Every contender's speed is printed as a ratio to ``--baseline``'s, side by side.
+(prefix caching on, as the trainer builds it) and ``vllm-noprefix`` (off). Every contender's
+speed is printed as a ratio to ``--baseline``'s, side by side, and each shared contender's as a
+ratio to its unshared twin.
 
 ``--prompts toolcall-long`` is the long-prompt setting: RLLA-layout tool-call prompts (the
 ToolCall env's generated tasks, seed 0, system prompt with the tool list) of 740-820 tokens
@@ -45,7 +49,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONTENDERS = ("generate", "static", "generate+shared", "static+shared", "vllm")
+CONTENDERS = ("generate", "static", "generate+shared", "static+shared", "vllm", "vllm-noprefix")
 DEFAULT_CONTENDERS = "generate,static,static+shared"
 PROMPT_SETTINGS = ("anchor", "toolcall-long")
 #: The long-prompt setting's prompt length window (tokens of the rendered first turn).
@@ -83,7 +87,7 @@ def _long_toolcall_messages(count: int, tokenizer) -> list[list[dict]]:
 def _policy(contender: str, model, tokenizer):
     from agents import HFPolicy
 
-    if contender != "vllm":
+    if not contender.startswith("vllm"):
         decoder, _, shared = contender.partition("+")
         return HFPolicy(model, tokenizer, decoder=decoder, share_prompts=shared == "shared")
     from agents import VLLMPolicy
@@ -91,8 +95,11 @@ def _policy(contender: str, model, tokenizer):
     folder = Path(tempfile.mkdtemp(prefix="bench-gen-"))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    # "vllm" is VLLMPolicy as the trainer builds it (prefix caching on); "vllm-noprefix" turns the
+    # cache off, the baseline that shows what the group's shared prompt saves there
     return VLLMPolicy(str(folder), tokenizer=tokenizer, dtype="float32", max_model_len=2048,
-                      enforce_eager=True, gpu_memory_utilization=0.15)
+                      enforce_eager=True, gpu_memory_utilization=0.15,
+                      enable_prefix_caching=contender == "vllm")
 
 
 def child(contenders: list[str], model_name: str, batch: int, group: int, new_tokens: int, repeats: int,
@@ -106,7 +113,7 @@ def child(contenders: list[str], model_name: str, batch: int, group: int, new_to
     policies = {c: _policy(c, model, tokenizer) for c in contenders}
     observations = _prompts(batch, group, setting, tokenizer)
     prompt_tokens = [len(p) for p in policies[contenders[0]].prompt_ids(observations, None)] \
-        if contenders[0] != "vllm" else []
+        if not contenders[0].startswith("vllm") else []
     rates: dict[str, list[float]] = {c: [] for c in contenders}
     tokens: dict[str, list[int]] = {c: [] for c in contenders}
     seconds: dict[str, list[float]] = {c: [] for c in contenders}
@@ -130,8 +137,11 @@ def child(contenders: list[str], model_name: str, batch: int, group: int, new_to
 def _run_round(contenders: list[str], model: str, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(args.threads),
-               "MKL_NUM_THREADS": str(args.threads), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+        # two vLLM engines in one process each reserve VLLM_CPU_KVCACHE_SPACE GiB (by default
+        # much of the RAM); 1 GiB holds a batch of 64 x 2048 tokens of SmolLM2 many times
+        env = {"VLLM_CPU_KVCACHE_SPACE": "1", **os.environ, "TOKENIZERS_PARALLELISM": "false",
+               "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
+               "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
         cmd = [sys.executable, "-m", "bench.generation", "--child", ",".join(contenders), "--models", model,
                "--batch", str(args.batch), "--group", str(args.group), "--new-tokens", str(args.new_tokens),
                "--repeats", str(args.repeats), "--threads", str(args.threads), "--out", str(out),
@@ -200,7 +210,7 @@ def main() -> int:
                 runs[contender].append(result[contender])
         base = runs[args.baseline]
         for c in contenders:
-            if c != "vllm" and any(b["tokens"] != r["tokens"] for b, r in zip(base, runs[c])):
+            if not c.startswith("vllm") and any(b["tokens"] != r["tokens"] for b, r in zip(base, runs[c])):
                 print(f"warning: {model}: {args.baseline} and {c} drew different token counts "
                       f"{[b['tokens'] for b in base]} / {[r['tokens'] for r in runs[c]]}")
         row: dict[str, dict] = {}
@@ -221,9 +231,11 @@ def main() -> int:
             r = row[c]["over_baseline"]
             print(f"{model:<14} {c:<16} {row[c]['tokens_per_s']:>9.1f} tokens/s  {row[c]['seconds_per_batch']:8.3f} "
                   f"s/batch  {r['median']:5.2f}x {args.baseline} (rounds {r['min']:.2f}-{r['max']:.2f})", flush=True)
-        for decoder in ("generate", "static"):
-            if decoder in runs and f"{decoder}+shared" in runs:
-                ratios = [s["tokens_per_s"] / u["tokens_per_s"] for u, s in zip(runs[decoder], runs[f"{decoder}+shared"])]
+        for decoder, unshared, shared in (("generate", "generate", "generate+shared"),
+                                          ("static", "static", "static+shared"),
+                                          ("vllm", "vllm-noprefix", "vllm")):
+            if unshared in runs and shared in runs:
+                ratios = [s["tokens_per_s"] / u["tokens_per_s"] for u, s in zip(runs[unshared], runs[shared])]
                 row[f"{decoder}_shared_over_unshared"] = {"median": statistics.median(ratios), "min": min(ratios),
                                                           "max": max(ratios)}
                 print(f"{model:<14} {decoder}: shared prompt / unshared: {statistics.median(ratios):.2f}x "

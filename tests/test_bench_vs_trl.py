@@ -9,7 +9,14 @@ import time
 import pytest
 
 from bench import toolcall_long
-from bench.vs_trl import LONG_CONFIG, SETTINGS, Neighbours, corrgrpo_command, corrgrpo_threads, trl_command
+from bench.vs_trl import (
+    LONG_CONFIG,
+    SETTINGS,
+    Neighbours,
+    corrgrpo_command,
+    corrgrpo_threads,
+    trl_command,
+)
 
 
 def test_corrgrpo_is_pinned_to_the_thread_count_trl_gets(tmp_path):
