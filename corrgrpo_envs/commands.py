@@ -135,10 +135,9 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("range", no_wrap=True)
     table.add_column("weight", no_wrap=True)
     table.add_column("tasks", no_wrap=True)
+    unavailable = [row for row in rows if "error" in row]
     for row in rows:
-        if "error" in row:
-            note = row["error"] + (f"\n{row['hint']}" if row["hint"] else "")
-            table.add_row(escape(row["id"]), f"[yellow]unavailable[/yellow]\n{escape(note)}", "", "", "")
+        if "error" in row:  # listed under the table: a long note would squeeze every column
             continue
         rewards = row["rewards"]
         tasks = row["tasks"]
@@ -150,5 +149,10 @@ def run(args: argparse.Namespace) -> int:
             "\n".join(_fmt(r["weight"]) for r in rewards),
             counts,
         )
-    Console().print(table)
+    console = Console()
+    if len(unavailable) < len(rows):
+        console.print(table)
+    for row in unavailable:  # whole lines, wrapped by the terminal, never cut
+        hint = f" ({escape(row['hint'])})" if row["hint"] else ""
+        console.print(f"{escape(row['id'])}: [yellow]unavailable[/yellow]: {escape(row['error'])}{hint}")
     return 0

@@ -111,3 +111,28 @@ def test_envs_list_fits_80_columns_without_cutting_names(capsys, monkeypatch):
     for name in ("ast_similarity", "function_name", "corrgrpo/ScaleDominance-v0", "train 800"):
         assert name in out
     assert "…" not in out
+
+
+def test_an_unavailable_env_is_a_line_under_the_table_not_a_squeezed_row(capsys, monkeypatch):
+    """A missing dependency's note and install hint would widen the rewards column past 80
+    columns and cut the ids of every other env; it is a line of its own under the table."""
+    from corrgrpo_envs import commands
+    from trainer.cli import main
+
+    described = commands.describe_env
+
+    def one_unavailable(env_id):
+        if env_id == "corrgrpo/AgentDojo-v0":
+            return {"id": env_id, "description": "", "error": "missing dependency: agentdojo",
+                    "hint": "pip install 'corrgrpo[agentdojo]'"}
+        return described(env_id)
+
+    monkeypatch.setattr(commands, "describe_env", one_unavailable)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["envs", "list", "corrgrpo/AgentDojo-v0", "corrgrpo/ScaleDominance-v0", "corrgrpo/ToolCall-v0"]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    assert "corrgrpo/ScaleDominance-v0" in out and "function_name" in out
+    flat = " ".join(out.split())
+    assert ("corrgrpo/AgentDojo-v0: unavailable: missing dependency: agentdojo "
+            "(pip install 'corrgrpo[agentdojo]')") in flat
