@@ -12,9 +12,13 @@ global generator), so the same seed draws the same tokens wherever the two compu
 same logits; the log-probabilities it reports are the raw logits' log-softmax.
 
 With ``share_prompts`` (the G rollouts of a GRPO group repeat one prompt), each distinct
-prompt is prefilled once and its keys, values and last logits are copied to the rows that
-repeat it; decoding then runs over the whole batch in its original row order, so the draws
-of a seed are those of the unshared prefill wherever the two prefills round alike.
+prompt is prefilled once. When every distinct prompt has the same number of rows (a batch of
+GRPO groups), its keys and values stay one copy per group and each decode step attends to them
+once for the group's G rows ("cascade" attention: the prompt part and the rows' own generated
+part are two softmaxes merged by their log-sum-exp), which reads the prompt's cache G times
+less often than one copy per row would; otherwise they are copied to the rows that repeat it.
+Decoding runs over the whole batch in its original row order, so the draws of a seed are those
+of the unshared path wherever the two round alike.
 
 Supported: decoder layers of Qwen2, Llama and Mistral (SmolLM2 is Llama) without a
 sliding window. :func:`static_decode_unsupported` says why another model is not.
@@ -81,6 +85,90 @@ class _Cache:
         shape = (batch, kv_heads, capacity, head_dim)
         self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in model.model.layers]
         self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in model.model.layers]
+
+
+class _GroupPrompts:
+    """The prompts of a batch of equal-sized groups, one cache row per group (``[U, kv, W, d]``).
+
+    ``order`` lists the batch's rows group by group (``order.view(U, G)``: the rows of each
+    group), ``restore`` puts rows in that order back in the batch's; ``bias`` is 0 at a
+    prompt's tokens and -inf at its left padding (``[U, 1, 1, W]``).
+    """
+
+    def __init__(self, prefilled: _Cache, valid: torch.Tensor, inverse: torch.Tensor):
+        self.keys, self.values = prefilled.keys, prefilled.values
+        self.groups = valid.shape[0]
+        self.size = inverse.numel() // self.groups
+        self.order = torch.sort(inverse, stable=True).indices
+        self.restore = torch.argsort(self.order)
+        zero = torch.zeros((), dtype=self.keys[0].dtype, device=valid.device)
+        self.bias = torch.where(valid, zero, float("-inf"))[:, None, None, :]
+
+
+def equal_groups(inverse: torch.Tensor, groups: int) -> bool:
+    """Whether each of ``groups`` distinct prompts has the same number of rows (more than one)."""
+    counts = torch.bincount(inverse, minlength=groups)
+    return groups < inverse.numel() and bool((counts == counts[0]).all())
+
+
+def _softmax_parts(scores: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(unnormalised output, row max, sum of exponentials)`` of one part of an attention."""
+    peak = scores.amax(-1, keepdim=True)
+    weights = torch.exp(scores - peak)
+    return weights @ values, peak, weights.sum(-1, keepdim=True)
+
+
+def _cascade_attention(q: torch.Tensor, prompts: _GroupPrompts, layer: int, keys: torch.Tensor,
+                       values: torch.Tensor, scale: float) -> torch.Tensor:
+    """One decode step's attention, ``[B, H*d]``, over each row's group prompt and its own tokens.
+
+    ``q``: ``[B, H, 1, d]``; ``keys``/``values``: the rows' generated tokens so far, ``[B, kv,
+    t, d]``. Query head ``h`` reads key head ``h // (H // kv)``, as grouped-query attention does.
+    """
+    batch, heads, _, dim = q.shape
+    kv = keys.shape[1]
+    rep = heads // kv
+    groups, size = prompts.groups, prompts.size
+    # the prompt part: the G rows' queries of a group against its one copy of the prompt
+    grouped = q[prompts.order].view(groups, size, kv, rep, dim).transpose(1, 2).reshape(groups, kv, size * rep, dim)
+    scores = grouped @ prompts.keys[layer].transpose(-1, -2) * scale + prompts.bias
+    prompt_parts = _softmax_parts(scores, prompts.values[layer])
+
+    def as_rows(x: torch.Tensor) -> torch.Tensor:
+        x = x.view(groups, kv, size, rep, -1).transpose(1, 2).reshape(batch, kv, rep, -1)
+        return x[prompts.restore]
+
+    out_p, peak_p, sum_p = (as_rows(x) for x in prompt_parts)
+    # the generated part: every row's own tokens, all of them valid
+    out_g, peak_g, sum_g = _softmax_parts(q.view(batch, kv, rep, dim) @ keys.transpose(-1, -2) * scale, values)
+    peak = torch.maximum(peak_p, peak_g)
+    w_p, w_g = torch.exp(peak_p - peak), torch.exp(peak_g - peak)
+    return ((out_p * w_p + out_g * w_g) / (sum_p * w_p + sum_g * w_g)).reshape(batch, heads * dim)
+
+
+def _decode_forward(model: Any, rope: Callable, ids: torch.Tensor, positions: torch.Tensor,
+                    prompts: _GroupPrompts, cache: _Cache, slot: int) -> torch.Tensor:
+    """Float32 logits ``[B, V]`` of one new token per row (``ids`` ``[B, 1]``), written to the
+    generated-token cache's slot ``slot``, over the rows' group prompts and generated tokens."""
+    body = model.model
+    hidden = body.embed_tokens(ids)
+    cos, sin = body.rotary_emb(hidden, positions)
+    batch = hidden.shape[0]
+    for i, layer in enumerate(body.layers):
+        attn = layer.self_attn
+        x = layer.input_layernorm(hidden)
+        shape = (batch, 1, -1, attn.head_dim)
+        q = attn.q_proj(x).view(shape).transpose(1, 2)
+        k = attn.k_proj(x).view(shape).transpose(1, 2)
+        v = attn.v_proj(x).view(shape).transpose(1, 2)
+        q, k = rope(q, k, cos, sin)
+        cache.keys[i][:, :, slot] = k[:, :, 0]
+        cache.values[i][:, :, slot] = v[:, :, 0]
+        out = _cascade_attention(q, prompts, i, cache.keys[i][:, :, : slot + 1], cache.values[i][:, :, : slot + 1],
+                                 attn.scaling)
+        hidden = hidden + attn.o_proj(out[:, None])
+        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+    return model.lm_head(body.norm(hidden))[:, -1].float()
 
 
 def _forward(model: Any, rope: Callable, ids: torch.Tensor, positions: torch.Tensor,
@@ -157,9 +245,10 @@ def static_decode(
         temperature: 0 for greedy decoding.
         stopping: ``(ids_so_far [B, W+t], scores) -> [B] bool`` rows that are done
             (stop strings); EOS is handled here.
-        share_prompts: prefill each distinct prompt once and copy its cache to the rows that
-            repeat it (a group's G rollouts): about ``U / B`` of the prefill's work for ``U``
-            distinct prompts in ``B`` rows; nothing changes when every row differs.
+        share_prompts: prefill each distinct prompt once (a group's G rollouts): about ``U / B``
+            of the prefill's work for ``U`` distinct prompts in ``B`` rows. With equal groups the
+            decode reads each prompt's cache once per group (cascade attention); with unequal
+            ones the cache is copied to the rows. Nothing changes when every row differs.
 
     Returns:
         ``(generated [B, T], logprobs [B, T])``: the generated ids (rows that finished
@@ -175,7 +264,11 @@ def static_decode(
     capacity = width + max_new_tokens
     rope = sys.modules[type(model.model.layers[0].self_attn).__module__].apply_rotary_pos_emb
     dtype = model.model.embed_tokens.weight.dtype
-    cache = _Cache(model, batch, capacity, dtype, device)
+    first, inverse = distinct_rows(input_ids, attention_mask) if share_prompts else (None, None)
+    cascade = first is not None and equal_groups(inverse, len(first))
+    # with cascade attention the cache holds the generated tokens only; the prompts stay in
+    # ``prompts``, one row per group
+    cache = _Cache(model, batch, max_new_tokens if cascade else capacity, dtype, device)
 
     tokens = torch.full((batch, capacity), pad_id, dtype=torch.long, device=device)
     tokens[:, :width] = input_ids
@@ -189,8 +282,13 @@ def static_decode(
     eye = torch.eye(width, dtype=torch.bool, device=device)
     mask = causal & (valid[:, None, None, :width] | eye)
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    first, inverse = distinct_rows(input_ids, attention_mask) if share_prompts else (None, None)
-    if first is not None and len(first) < batch:
+    prompts = None
+    if cascade:
+        prefilled = _Cache(model, len(first), width, dtype, device)
+        logits = _forward(model, rope, input_ids[first], positions[first], prefilled, 0, mask[first])
+        prompts = _GroupPrompts(prefilled, valid[first, :width], inverse)
+        logits = logits.index_select(0, inverse)
+    elif first is not None and len(first) < batch:
         # one prefill per distinct prompt (same width, so the same padding and positions), then
         # every row gets its prompt's keys and values; the decode below is the unshared one
         prefilled = _Cache(model, len(first), width, dtype, device)
@@ -238,6 +336,10 @@ def static_decode(
         if t + 1 == max_new_tokens or not bool(unfinished.any()):
             break
         running = unfinished[rows]
+        if prompts is not None:  # the groups stay whole: finished rows decode on, unread
+            logits = _decode_forward(model, rope, next_tokens[:, None], position, prompts, cache, t)
+            position = position + 1
+            continue
         if temperature == 0.0 and int(running.sum()) <= 0.75 * len(rows):
             keep = running.nonzero().squeeze(1)
             cache.keys = [k.index_select(0, keep) for k in cache.keys]

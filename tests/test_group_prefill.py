@@ -191,3 +191,64 @@ def test_another_architecture_shares_through_generate(tiny):
     assert len({tuple(a.completion_ids) for a in shared}) == len(prompts)
     for a, b in zip(shared, plain):
         assert_close_after_reduction(torch.tensor(a.logprobs), torch.tensor(b.logprobs), 90 * 32, "logprobs")
+
+
+def test_cascade_attention_equals_attention_over_each_rows_whole_cache():
+    """The prompt part (one copy per group) and the rows' own part, merged by their log-sum-exp,
+    give SDPA's grouped-query attention over each row's prompt + generated keys."""
+    import torch.nn.functional as F
+
+    from agents.static_decode import _Cache, _cascade_attention, _GroupPrompts
+
+    torch.manual_seed(0)
+    groups, size, heads, kv, dim, width, generated = 3, 4, 6, 2, 8, 10, 5
+    batch = groups * size
+    inverse = torch.tensor([i % groups for i in range(batch)])  # a group's rows interleaved with the others'
+    prefilled = _Cache.__new__(_Cache)
+    prefilled.keys = [torch.randn(groups, kv, width, dim)]
+    prefilled.values = [torch.randn(groups, kv, width, dim)]
+    valid = torch.ones(groups, width, dtype=torch.bool)
+    valid[1, :3] = False  # left padding of one prompt
+    prompts = _GroupPrompts(prefilled, valid, inverse)
+    q = torch.randn(batch, heads, 1, dim)
+    keys, values = torch.randn(batch, kv, generated, dim), torch.randn(batch, kv, generated, dim)
+    out = _cascade_attention(q, prompts, 0, keys, values, scale=dim ** -0.5)
+
+    whole_k = torch.cat([prefilled.keys[0][inverse], keys], dim=2)
+    whole_v = torch.cat([prefilled.values[0][inverse], values], dim=2)
+    mask = torch.cat([valid[inverse], torch.ones(batch, generated, dtype=torch.bool)], dim=1)[:, None, None]
+    expected = F.scaled_dot_product_attention(q, whole_k, whole_v, attn_mask=mask, scale=dim ** -0.5,
+                                              enable_gqa=True).reshape(batch, heads * dim)
+    assert_close_after_reduction(out, expected, width + generated, "attention")
+    masked = prefilled.values[0].clone()
+    masked[1, :, :3] = 1e6  # values at the padding are never read
+    prefilled.values = [masked]
+    assert_close_after_reduction(_cascade_attention(q, _GroupPrompts(prefilled, valid, inverse), 0, keys, values,
+                                                    scale=dim ** -0.5), expected, width + generated, "padding")
+
+
+def test_equal_groups_decode_through_one_prompt_cache_per_group(tiny, monkeypatch):
+    """A batch of equal groups takes the cascade path (its cache holds the generated tokens only)
+    and draws what one prefill per row draws; unequal groups take the copying path."""
+    import agents.static_decode as sd
+
+    model, tokenizer = tiny
+    pad = tokenizer.pad_token_id
+    calls: list[int] = []
+    cascade = sd._cascade_attention
+    monkeypatch.setattr(sd, "_cascade_attention", lambda q, *a, **k: calls.append(q.shape[0]) or cascade(q, *a, **k))
+    prompt_a, prompt_b = [pad] * 6 + list(range(5, 75)), list(range(80, 156))
+    kwargs = dict(max_new_tokens=7, temperature=1.0, top_p=1.0, eos_ids=[tokenizer.eos_token_id], pad_id=pad)
+    for rows, cascaded in (([prompt_a, prompt_b] * 3, True), ([prompt_a] * 4 + [prompt_b] * 2, False)):
+        ids = torch.tensor(rows)
+        mask = (ids != pad).long()
+        out = {}
+        for share in (True, False):
+            calls.clear()
+            torch.manual_seed(5)
+            out[share] = static_decode(model, ids, mask, share_prompts=share, **kwargs)
+            if share:
+                steps = out[share][0].shape[1]
+                assert len(calls) == (len(model.model.layers) * (steps - 1) if cascaded else 0)
+        assert torch.equal(out[True][0], out[False][0])
+        assert_close_after_reduction(out[True][1], out[False][1], _logprob_terms(model, ids.shape[1]), "logprobs")
