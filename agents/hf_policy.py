@@ -133,11 +133,14 @@ class HFPolicy(TokenPolicy):
         share_prompts: when several prompts of a call are the same (the G rollouts of a
             group), compute each distinct prompt's key/value cache once and copy it to the
             rows that repeat it before decoding (default; for batches of prompts of at least
-            :data:`MIN_SHARED_PROMPT` tokens). Decoding then runs as without sharing (same
+            :data:`MIN_SHARED_PROMPT` tokens); the static loop, given groups of equal size,
+            keeps one copy per group and reads it once per group at each decode step
+            (:func:`~agents.static_decode.static_decode`). Decoding then runs as without sharing (same
             rows, same order, same draws from the global generator), so a seed draws the
-            same tokens; only the prefill's float rounding differs (a batch of U rows sums
+            same tokens; only the float rounding differs (a batch of U rows sums
             in another order than one of B; ``generate`` also computes the prompt's last
-            token in a one-token step on the shared cache), about 1e-6 of a logprob in
+            token in a one-token step on the shared cache; the static loop's two-part
+            softmax adds in another order than one over the whole cache), about 1e-6 of a logprob in
             float32, so a draw differs only where that moves it across a sampling
             boundary. Not used for a model sharded by FSDP (each process's prefill would
             be a collective of its own).

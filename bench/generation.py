@@ -11,7 +11,9 @@ each with and without the group's prompt prefilled once (``HFPolicy(share_prompt
 
 Contenders: ``generate`` and ``static`` (each prompt prefilled once per row),
 ``generate+shared`` and ``static+shared`` (each distinct prompt
-prefilled once, its key/value cache copied to the G rows of its group; prompts under
+prefilled once; ``generate`` copies its key/value cache to the G rows of its group, the static
+loop reads one copy per group at each decode step), ``static+copied`` (the static loop copying
+the cache to the rows instead, as before its cascade attention; prompts under
 ``agents.hf_policy.MIN_SHARED_PROMPT`` tokens, such as the anchor's, are not shared), ``vllm``
 (prefix caching on, as the trainer builds it) and ``vllm-noprefix`` (off). Every contender's
 speed is printed as a ratio to ``--baseline``'s, side by side, and each shared contender's as a
@@ -38,6 +40,7 @@ rollouts of its prompts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -49,7 +52,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONTENDERS = ("generate", "static", "generate+shared", "static+shared", "vllm", "vllm-noprefix")
+CONTENDERS = ("generate", "static", "generate+shared", "static+shared", "static+copied", "vllm", "vllm-noprefix")
 DEFAULT_CONTENDERS = "generate,static,static+shared"
 PROMPT_SETTINGS = ("anchor", "toolcall-long")
 #: The long-prompt setting's prompt length window (tokens of the rendered first turn).
@@ -89,7 +92,7 @@ def _policy(contender: str, model, tokenizer):
 
     if not contender.startswith("vllm"):
         decoder, _, shared = contender.partition("+")
-        return HFPolicy(model, tokenizer, decoder=decoder, share_prompts=shared == "shared")
+        return HFPolicy(model, tokenizer, decoder=decoder, share_prompts=shared in ("shared", "copied"))
     from agents import VLLMPolicy
 
     folder = Path(tempfile.mkdtemp(prefix="bench-gen-"))
@@ -100,6 +103,23 @@ def _policy(contender: str, model, tokenizer):
     return VLLMPolicy(str(folder), tokenizer=tokenizer, dtype="float32", max_model_len=2048,
                       enforce_eager=True, gpu_memory_utilization=0.15,
                       enable_prefix_caching=contender == "vllm")
+
+
+@contextlib.contextmanager
+def _copied_prompt_caches(active: bool):
+    """``static+copied``: the static loop shares the prefill but copies each prompt's cache to
+    its rows, as it did before cascade attention (every group counted as unequal)."""
+    if not active:
+        yield
+        return
+    import agents.static_decode as decode
+
+    equal_groups = decode.equal_groups
+    decode.equal_groups = lambda inverse, groups: False
+    try:
+        yield
+    finally:
+        decode.equal_groups = equal_groups
 
 
 def child(contenders: list[str], model_name: str, batch: int, group: int, new_tokens: int, repeats: int,
@@ -124,9 +144,10 @@ def child(contenders: list[str], model_name: str, batch: int, group: int, new_to
                 # every batch repeats the same prompts; in training each step's are new (and the
                 # weights change, which resets the cache), so no batch may reuse an earlier one's
                 policies[c].llm.reset_prefix_cache()
-            start = time.perf_counter()
-            actions = policies[c].act(observations, sampling)
-            elapsed = time.perf_counter() - start
+            with _copied_prompt_caches(c == "static+copied"):
+                start = time.perf_counter()
+                actions = policies[c].act(observations, sampling)
+                elapsed = time.perf_counter() - start
             n = sum(len(a.completion_ids) for a in actions)
             if r:  # the first batch warms caches
                 rates[c].append(n / elapsed)
@@ -237,6 +258,7 @@ def main() -> int:
                   f"s/batch  {r['median']:5.2f}x {args.baseline} (rounds {r['min']:.2f}-{r['max']:.2f})", flush=True)
         for decoder, unshared, shared in (("generate", "generate", "generate+shared"),
                                           ("static", "static", "static+shared"),
+                                          ("static_copied", "static", "static+copied"),
                                           ("vllm", "vllm-noprefix", "vllm")):
             if unshared in runs and shared in runs:
                 ratios = [s["tokens_per_s"] / u["tokens_per_s"] for u, s in zip(runs[unshared], runs[shared])]

@@ -215,10 +215,11 @@ class RolloutConfig:
     others), ``static`` (that loop; an error for other models) or ``generate``."""
     hf_share_prompts: bool = True
     """The ``hf`` backend prefills each distinct prompt of a generation call once (a group's G
-    rollouts share one) and copies its key/value cache to the rows that repeat it: the same
-    draws and, within float rounding, the same logprobs as one prefill per row, at a fraction
-    of the prefill's cost (prompts of 64 tokens or more; BENCHMARKS.md). ``false``: one
-    prefill per row."""
+    rollouts share one); with the static decoder and groups of equal size each decode step then
+    reads that prompt's key/value cache once per group (otherwise the cache is copied to the
+    rows that repeat it): the same draws and, within float rounding, the same logprobs as one
+    prefill per row, at a fraction of the prefill's cost (prompts of 64 tokens or more;
+    BENCHMARKS.md). ``false``: one prefill per row."""
     torch_threads: int | None = num_field(None, _POSITIVE_INT)
     """Torch threads per process (default: this process's share of the cores minus its
     reward worker processes, at least 1; see ``trainer.threads``)."""
