@@ -146,39 +146,14 @@ def _cascade_attention(q: torch.Tensor, prompts: _GroupPrompts, layer: int, keys
     return ((out_p * w_p + out_g * w_g) / (sum_p * w_p + sum_g * w_g)).reshape(batch, heads * dim)
 
 
-def _decode_forward(model: Any, rope: Callable, ids: torch.Tensor, positions: torch.Tensor,
-                    prompts: _GroupPrompts, cache: _Cache, slot: int) -> torch.Tensor:
-    """Float32 logits ``[B, V]`` of one new token per row (``ids`` ``[B, 1]``), written to the
-    generated-token cache's slot ``slot``, over the rows' group prompts and generated tokens."""
-    body = model.model
-    hidden = body.embed_tokens(ids)
-    cos, sin = body.rotary_emb(hidden, positions)
-    batch = hidden.shape[0]
-    for i, layer in enumerate(body.layers):
-        attn = layer.self_attn
-        x = layer.input_layernorm(hidden)
-        shape = (batch, 1, -1, attn.head_dim)
-        q = attn.q_proj(x).view(shape).transpose(1, 2)
-        k = attn.k_proj(x).view(shape).transpose(1, 2)
-        v = attn.v_proj(x).view(shape).transpose(1, 2)
-        q, k = rope(q, k, cos, sin)
-        cache.keys[i][:, :, slot] = k[:, :, 0]
-        cache.values[i][:, :, slot] = v[:, :, 0]
-        out = _cascade_attention(q, prompts, i, cache.keys[i][:, :, : slot + 1], cache.values[i][:, :, : slot + 1],
-                                 attn.scaling)
-        hidden = hidden + attn.o_proj(out[:, None])
-        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-    return model.lm_head(body.norm(hidden))[:, -1].float()
-
-
-def _forward(model: Any, rope: Callable, ids: torch.Tensor, positions: torch.Tensor,
-             cache: _Cache, start: int, mask: torch.Tensor) -> torch.Tensor:
-    """Float32 logits ``[B, V]`` of the last of ``ids`` (``[B, S]``, cache slots ``start:start+S``)."""
+def _layers(model: Any, rope: Callable, ids: torch.Tensor, positions: torch.Tensor,
+            attend: Callable[[int, Any, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Float32 logits ``[B, V]`` of the last of ``ids`` (``[B, S]``) through the model's layers;
+    ``attend(layer, attn, q, k, v)`` stores the keys and values and returns ``[B, S, H*d]``."""
     body = model.model
     hidden = body.embed_tokens(ids)
     cos, sin = body.rotary_emb(hidden, positions)
     batch, length, _ = hidden.shape
-    end = start + length
     for i, layer in enumerate(body.layers):
         attn = layer.self_attn
         x = layer.input_layernorm(hidden)
@@ -187,15 +162,40 @@ def _forward(model: Any, rope: Callable, ids: torch.Tensor, positions: torch.Ten
         k = attn.k_proj(x).view(shape).transpose(1, 2)
         v = attn.v_proj(x).view(shape).transpose(1, 2)
         q, k = rope(q, k, cos, sin)
+        hidden = hidden + attn.o_proj(attend(i, attn, q, k, v))
+        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+    return model.lm_head(body.norm(hidden[:, -1:]))[:, -1].float()
+
+
+def _decode_forward(model: Any, rope: Callable, ids: torch.Tensor, positions: torch.Tensor,
+                    prompts: _GroupPrompts, cache: _Cache, slot: int) -> torch.Tensor:
+    """Float32 logits ``[B, V]`` of one new token per row (``ids`` ``[B, 1]``), written to the
+    generated-token cache's slot ``slot``, over the rows' group prompts and generated tokens."""
+
+    def attend(i: int, attn: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        cache.keys[i][:, :, slot] = k[:, :, 0]
+        cache.values[i][:, :, slot] = v[:, :, 0]
+        keys, values = cache.keys[i][:, :, : slot + 1], cache.values[i][:, :, : slot + 1]
+        return _cascade_attention(q, prompts, i, keys, values, attn.scaling)[:, None]
+
+    return _layers(model, rope, ids, positions, attend)
+
+
+def _forward(model: Any, rope: Callable, ids: torch.Tensor, positions: torch.Tensor,
+             cache: _Cache, start: int, mask: torch.Tensor) -> torch.Tensor:
+    """Float32 logits ``[B, V]`` of the last of ``ids`` (``[B, S]``, cache slots ``start:start+S``)."""
+    end = start + ids.shape[1]
+
+    def attend(i: int, attn: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         cache.keys[i][:, :, start:end] = k
         cache.values[i][:, :, start:end] = v
         out = F.scaled_dot_product_attention(
             q, cache.keys[i][:, :, :end], cache.values[i][:, :, :end],
             attn_mask=mask, scale=attn.scaling, enable_gqa=True,
         )
-        hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
-        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-    return model.lm_head(body.norm(hidden[:, -1:]))[:, -1].float()
+        return out.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
+
+    return _layers(model, rope, ids, positions, attend)
 
 
 def distinct_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
