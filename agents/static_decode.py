@@ -335,11 +335,11 @@ def static_decode(
             unfinished[rows] &= ~stopping(tokens[rows, : at + 1], logits)
         if t + 1 == max_new_tokens or not bool(unfinished.any()):
             break
-        running = unfinished[rows]
         if prompts is not None:  # the groups stay whole: finished rows decode on, unread
             logits = _decode_forward(model, rope, next_tokens[:, None], position, prompts, cache, t)
             position = position + 1
             continue
+        running = unfinished[rows]
         if temperature == 0.0 and int(running.sum()) <= 0.75 * len(rows):
             keep = running.nonzero().squeeze(1)
             cache.keys = [k.index_select(0, keep) for k in cache.keys]

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.busy import BusyProcesses
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -54,22 +56,15 @@ def child(threads: int, calls: int, out: str) -> None:
 def _measure(threads: int, busy: int, calls: int) -> tuple[float, int]:
     """(median ms per call, torch threads used) with ``busy`` spinning processes alongside;
     ``threads`` 0 lets the child choose as the trainer does (``auto_torch_threads``)."""
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
-    try:
-        time.sleep(0.2 if busy else 0)  # let the spinners take their cores
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "r.json"
-            env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-            if threads:  # 0: automatic, as a trainer started without OMP_NUM_THREADS chooses
-                env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-            subprocess.run([sys.executable, "-m", "bench.threads", "--child", str(threads), "--calls", str(calls),
-                            "--out", str(out)], check=True, env=env, cwd=ROOT, timeout=900)
-            result = json.loads(out.read_text())
-            return result["ms"], result["threads"]
-    finally:
-        for p in spinners:
-            p.kill()
-            p.wait()
+    with BusyProcesses(busy, settle_s=0.2), tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r.json"
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        if threads:  # 0: automatic, as a trainer started without OMP_NUM_THREADS chooses
+            env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        subprocess.run([sys.executable, "-m", "bench.threads", "--child", str(threads), "--calls", str(calls),
+                        "--out", str(out)], check=True, env=env, cwd=ROOT, timeout=900)
+        result = json.loads(out.read_text())
+        return result["ms"], result["threads"]
 
 
 def main() -> int:

@@ -3,7 +3,7 @@
 Agent RL prompts are long (a system prompt, the tool list) and shared by a group's G
 rollouts. These are the ToolCall generator's tasks (seed 0, of its first 1,000) whose prompt in
 the RLLA house layout (``prompt_format: house``) has 760-800 tokens in SmolLM2's chat template
-(mean 778); ``tests/test_bench_toolcall_long.py`` re-counts them. Importing this module
+(mean 778); ``tests/test_bench_vs_trl.py`` re-counts them. Importing this module
 registers them as the ToolCall data set ``generated_long``, which a run config reaches
 through ``env.import: [bench.toolcall_long]`` and TRL through ``for_trl(..., dataset=...)``.
 """

@@ -6,7 +6,7 @@ The numbers of ``studies/configs/toolcall_long_grpo.yaml`` on TRL's side: SmolLM
 (``corrgrpo_envs.integrations.trl.for_trl``), 8 completions of one prompt per step, up to 64 new
 tokens, temperature 1, lr 1e-5 constant, clip 0.2, KL 0.04, no activation checkpointing.
 
-    .venv-trl/bin/python -m bench.trl_toolcall_long --model DIR --steps 6 --out result.json
+    .venv-trl/bin/python -m bench.trl_toolcall_long --model DIR --steps 6 --output-dir OUT --result-json OUT/result.json
 
 It writes the result in the anchor script's layout (``timing.step_interval_s``,
 ``timing.generate_and_score_s``, ``per_step``), which ``bench.vs_trl`` reads for both settings.

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.busy import BusyProcesses
 from bench.versions import format_versions, interpreter_versions  # bench/versions.py
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,23 +181,6 @@ def corrgrpo_threads(log: Path) -> int | None:
     """The torch thread count a corrgrpo run's banner states (``... x N torch thread(s) ...``)."""
     match = re.search(r"x (\d+) torch thread\(s\)", log.read_text(errors="replace"))
     return int(match.group(1)) if match else None
-
-
-class Neighbours:
-    """``count`` busy processes (a Python spin loop each) for the length of a ``with`` block."""
-
-    def __init__(self, count: int):
-        self.count = count
-        self.procs: list[subprocess.Popen] = []
-
-    def __enter__(self) -> Neighbours:
-        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for proc in self.procs:
-            proc.kill()
-            proc.wait()
 
 
 def _median(xs: list[float]) -> float | None:
@@ -331,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = _child_env(args.threads or None)
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in names}
-    with Neighbours(args.neighbours):  # the busy processes run beside every measured run
+    with BusyProcesses(args.neighbours):  # the busy processes run beside every measured run
         for rnd in range(args.rounds):
             # rotate the order each round so no configuration always runs first (after the idle gap)
             order = names[rnd % len(names) :] + names[: rnd % len(names)]

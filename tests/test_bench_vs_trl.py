@@ -9,10 +9,10 @@ import time
 import pytest
 
 from bench import toolcall_long
+from bench.busy import BusyProcesses
 from bench.vs_trl import (
     LONG_CONFIG,
     SETTINGS,
-    Neighbours,
     corrgrpo_command,
     corrgrpo_threads,
     trl_command,
@@ -50,7 +50,7 @@ def _cpu_seconds(pid: int) -> float:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads CPU time from /proc")
 def test_neighbours_spin_for_the_block_and_are_gone_after():
-    with Neighbours(2) as neighbours:
+    with BusyProcesses(2) as neighbours:
         pids = [p.pid for p in neighbours.procs]
         time.sleep(0.5)
         assert all(p.poll() is None for p in neighbours.procs)
