@@ -337,7 +337,7 @@ def test_every_writable_place_is_size_capped(sandbox):
 
 
 MEMORY_OF_CHILDREN = """
-import os, time
+import os, struct, time
 r, w = os.pipe()
 children = set()
 for _ in range(8):
@@ -347,35 +347,51 @@ for _ in range(8):
         block = bytearray(200 << 20)
         for i in range(0, len(block), 4096):  # touch every page: resident, charged memory
             block[i] = 1
-        os.write(w, b"1")
+        os.write(w, struct.pack("i", os.getpid()))
         time.sleep(60)  # hold it until the sandbox ends
     children.add(pid)
 os.close(w)
 os.set_blocking(r, False)
-held, dead, deadline = 0, 0, time.time() + 8
-while held + dead < 8 and time.time() < deadline:  # every child holds its memory or died
-    for pid in list(children):
+held, dead, buffer = set(), set(), b""
+
+
+def reap():
+    for pid in children - dead:
         if os.waitpid(pid, os.WNOHANG)[0]:
-            children.discard(pid)
-            dead += 1
+            dead.add(pid)
+
+
+deadline = time.time() + 8
+while len(held | dead) < 8 and time.time() < deadline:  # every child holds its memory or died
+    reap()
     try:
-        held += len(os.read(r, 16))
+        buffer += os.read(r, 64)
     except BlockingIOError:
         time.sleep(0.02)
-print(held, dead)
+    while len(buffer) >= 4:
+        held.add(struct.unpack("i", buffer[:4])[0])
+        buffer = buffer[4:]
+time.sleep(0.5)  # a child the OOM killer chose as the last one arrived is gone by now
+reap()
+print(len(held - dead), len(held | dead))
 """
 
 
 def test_memory_of_all_processes_together_is_capped(sandbox):
-    """8 children of 200 MB each under a 256 MB limit: at most one holds its memory at a time."""
+    """8 children of 200 MB each under a 256 MB limit: at most one holds its memory at a time.
+
+    What counts is how many hold their 200 MB together at the end. Which process the kernel's
+    OOM killer stops (the child that asks for more, or an earlier one already holding its
+    memory) differs between kernels, so how many ever held it is no measure of the cap.
+    """
     if sandbox.name != "docker" and cgroup_unavailable_reason():
         pytest.skip("no control group for this sandbox here; the fallback bound is processes x "
                     f"memory_mb ({cgroup_unavailable_reason()})")
     result = sandbox.run(MEMORY_OF_CHILDREN, dataclasses.replace(LIMITS, timeout=10.0))
     assert result.status == "ok", (result.status, result.stderr)
-    held, dead = map(int, result.stdout.split())
-    assert held + dead == 8, (held, dead)
-    assert held * 200 <= LIMITS.memory_mb + 3 * LIMITS.file_size_mb + 64, held
+    holding, accounted = map(int, result.stdout.split())
+    assert accounted == 8, accounted  # each child held its memory or was stopped
+    assert holding * 200 <= LIMITS.memory_mb + 3 * LIMITS.file_size_mb + 64, holding
 
 
 # ---------------------------------------------------------------- what a program can read
