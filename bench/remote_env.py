@@ -13,9 +13,14 @@ For each env (the code env on HumanEval with the reference answers, G=8; the toy
 
 Reported: member steps per second (reset + step of every member, over the rounds; best of
 ``--repeats``, modes interleaved so they share the machine's load) and the latency a remote
-step adds: one member, reset + step in sequence, remote mean minus in-process mean. The
-code env's ``efficiency`` reward is off on every side (it would time each reference). The
-load average at the start and end of the run is printed with the results.
+step adds: one member, reset + step in sequence, remote mean minus in-process mean. Beside
+each rate, the CPU time it cost per member step: the whole machine's (``/proc/stat``: the
+client, the servers, the sandboxes' programs), the client process's own, and how many of the
+cores were busy. Where the cores are all busy, the rates follow the machine's CPU per step, so
+the gap between in-process and a server is the CPU that serving adds. Run it on an otherwise
+quiet machine: every process's CPU counts. The code env's ``efficiency`` reward is off on
+every side (it would time each reference). The load average at the start and end of the run is
+printed with the results.
 
     python -m bench.remote_env --rounds 5 --repeats 2
 """
@@ -24,8 +29,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import corrgrpo_envs
@@ -47,20 +54,44 @@ def _pinned(server, core: int):
     return server
 
 
+@dataclass(frozen=True)
+class Throughput:
+    """Member steps per second over some rounds, and the CPU time they cost."""
+
+    steps_per_s: float
+    machine_cpu_ms: float  # every process's CPU time per member step
+    client_cpu_ms: float  # this process's CPU time per member step
+    cores_busy: float  # the machine's CPU time over the wall time
+
+
+def _machine_busy_s() -> float:
+    """Seconds of CPU time every core spent busy since boot (``/proc/stat``'s first line)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # guest time is in user already
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def rounds_per_second(spec, kwargs: dict, groups: int, group_size: int, rounds: int, threads: int,
-                      references: dict[str, str], task_ids: list[str]) -> float:
-    """Member steps (reset + step) per second over ``rounds`` rounds."""
+                      references: dict[str, str], task_ids: list[str]) -> Throughput:
+    """Member steps (reset + step) per second over ``rounds`` rounds, with their CPU time."""
     with GroupedVectorEnv(spec, num_groups=groups, group_size=group_size, workers=threads,
                           split="all", **kwargs) as venv:
         venv.reset(task_ids=task_ids[:groups])  # connections, sandboxes and caches warm
         venv.step([references[t] for t in task_ids[:groups] for _ in range(group_size)])
-        start = time.perf_counter()
+        start, machine, own = time.perf_counter(), _machine_busy_s(), _own_cpu_s()
         for r in range(rounds):
             tasks = [task_ids[(r * groups + p) % len(task_ids)] for p in range(groups)]
             venv.reset(task_ids=tasks)
             _, rewards, *_ = venv.step([references[t] for t in tasks for _ in range(group_size)])
         elapsed = time.perf_counter() - start
-    return rounds * groups * group_size / elapsed
+        machine, own = _machine_busy_s() - machine, _own_cpu_s() - own
+    steps = rounds * groups * group_size
+    return Throughput(steps / elapsed, 1e3 * machine / steps, 1e3 * own / steps, machine / elapsed)
 
 
 def step_latency(spec, kwargs: dict, references: dict[str, str], task_ids: list[str], n: int) -> float:
@@ -116,12 +147,13 @@ def main() -> None:
                 "1 server, core 0": (servers[0].url, {}),
                 "2 servers, cores 0+1": (f"{servers[0].url},{servers[1].url}", {}),
             }
-            best = {m: 0.0 for m in modes}
+            best = {m: Throughput(0.0, 0.0, 0.0, 0.0) for m in modes}
             for _ in range(args.repeats):
                 for mode, (spec, kw) in modes.items():
-                    rate = rounds_per_second(spec, kw, args.groups, args.group_size, args.rounds,
-                                             args.threads, references, task_ids)
-                    best[mode] = max(best[mode], rate)
+                    measured = rounds_per_second(spec, kw, args.groups, args.group_size,
+                                                 args.rounds, args.threads, references, task_ids)
+                    if measured.steps_per_s > best[mode].steps_per_s:
+                        best[mode] = measured
             lat_local = step_latency(env_id, kwargs, references, task_ids, args.latency_steps)
             lat_remote = step_latency(servers[2].url, {}, references, task_ids, args.latency_steps)
         finally:
@@ -129,11 +161,14 @@ def main() -> None:
                 s.stop()
         print(f"\n{name}: {env_id} {kwargs}, P={args.groups} x G={args.group_size}, "
               f"{args.rounds} rounds, best of {args.repeats}, {args.threads} client threads")
-        print("| | member steps/s | vs in-process | vs 1 server, core 0 |")
-        print("|---|---|---|---|")
-        for mode, rate in best.items():
-            print(f"| {mode} | {rate:,.1f} | {rate / best['in-process']:.2f} | "
-                  f"{rate / best['1 server, core 0']:.2f} |")
+        print("| | member steps/s | vs in-process | vs 1 server, core 0 "
+              "| CPU ms per member step: machine (client) | cores busy |")
+        print("|---|---|---|---|---|---|")
+        base, pinned = best["in-process"].steps_per_s, best["1 server, core 0"].steps_per_s
+        for mode, m in best.items():
+            print(f"| {mode} | {m.steps_per_s:,.1f} | {m.steps_per_s / base:.2f} | "
+                  f"{m.steps_per_s / pinned:.2f} | {m.machine_cpu_ms:.2f} ({m.client_cpu_ms:.2f}) "
+                  f"| {m.cores_busy:.2f} of {os.cpu_count()} |")
         print(f"latency of one reset + step: in-process {lat_local * 1e3:.2f} ms, "
               f"1 server {lat_remote * 1e3:.2f} ms, added {(lat_remote - lat_local) * 1e3:.2f} ms")
     print(f"\nload average at end: {os.getloadavg()}")

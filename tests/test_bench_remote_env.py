@@ -1,0 +1,34 @@
+"""bench.remote_env's CPU accounting: what the machine and the client spend per member step."""
+
+from __future__ import annotations
+
+import time
+
+import corrgrpo_envs
+from bench.remote_env import _machine_busy_s, _own_cpu_s, rounds_per_second
+
+
+def test_the_machine_count_includes_this_process_busy_time():
+    machine, own = _machine_busy_s(), _own_cpu_s()
+    end = time.process_time() + 0.3
+    while time.process_time() < end:  # 0.3 s of this process's CPU
+        pass
+    spent = _own_cpu_s() - own
+    assert spent >= 0.29
+    # other processes can only add to the machine's count; a tick is 10 ms
+    assert _machine_busy_s() - machine >= spent - 0.03
+
+
+def test_rounds_report_the_rate_and_its_cpu_per_member_step():
+    env_id = "corrgrpo/ScaleDominance-v0"
+    probe = corrgrpo_envs.make(env_id, split="all").unwrapped
+    task_ids = list(probe.task_ids)[:4]
+    references = {t: probe.reference_action(t)[0] for t in task_ids}
+    probe.close()
+    measured = rounds_per_second(env_id, {}, groups=2, group_size=4, rounds=20, threads=2,
+                                 references=references, task_ids=task_ids)
+    assert measured.steps_per_s > 0
+    assert measured.client_cpu_ms > 0
+    # the client's CPU is part of the machine's (a 10 ms tick of slack over 160 member steps)
+    assert measured.machine_cpu_ms >= measured.client_cpu_ms - 10 / 160
+    assert 0 <= measured.cores_busy
