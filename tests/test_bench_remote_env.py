@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import corrgrpo_envs
-from bench.remote_env import _machine_busy_s, _own_cpu_s, rounds_per_second
+from bench.remote_env import _machine_busy_s, _own_cpu_s, _processes_cpu_s, rounds_per_second
 
 
 def test_the_machine_count_includes_this_process_busy_time():
@@ -29,6 +32,21 @@ def test_rounds_report_the_rate_and_its_cpu_per_member_step():
                                  references=references, task_ids=task_ids)
     assert measured.steps_per_s > 0
     assert measured.client_cpu_ms > 0
+    assert measured.server_cpu_ms == 0  # no server in-process
     # the client's CPU is part of the machine's (a 10 ms tick of slack over 160 member steps)
     assert measured.machine_cpu_ms >= measured.client_cpu_ms - 10 / 160
     assert 0 <= measured.cores_busy
+
+
+def test_a_server_process_cpu_is_read_from_its_stat_file():
+    assert abs(_processes_cpu_s((os.getpid(),)) - _own_cpu_s()) < 0.05
+    spin = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\ninput()"
+    child = subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while _processes_cpu_s((child.pid,)) < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert 0.3 <= _processes_cpu_s((child.pid,)) < 5  # its spin, start-up and the wait
+    finally:
+        child.communicate(b"\n", timeout=30)
+    assert _processes_cpu_s(()) == 0
