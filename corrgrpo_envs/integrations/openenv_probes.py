@@ -37,9 +37,14 @@ from typing import Any
 
 ENV_ID = "corrgrpo/ScaleDominance-v0"
 ENV_NAME = "ScaleDominance-v0"
-#: The legitimate client's p99 round trip under attack must stay below this (generous: the
-#: machine may be loaded; the measured figure is in the detail).
+#: The legitimate client's p99 round trip under attack must stay below this, or below
+#: :data:`P99_FACTOR` times its p99 over :data:`CALM_S` just before the attack, whichever is
+#: larger: an attack that stalls the server shows as seconds, while a machine that other work
+#: keeps busy slows the calm round trips as much as the attacked ones (the measured figures are
+#: in the detail).
 P99_BOUND_S = 0.5
+P99_FACTOR = 4.0
+CALM_S = 1.0
 #: The server's resident memory may grow by less than this during an attack.
 MEMORY_MB = 100.0
 #: The server's log may grow by less than this during an attack (a few warnings, not a line per peer).
@@ -194,20 +199,26 @@ class _LegitimateClient(threading.Thread):
         finally:
             self.ready.set()
 
-    def stop(self) -> float:
-        """Stop and return the p99 round trip in seconds (inf when none was measured)."""
+    def stop(self, since: int = 0) -> float:
+        """Stop and return the p99 round trip in seconds of the trips from index ``since`` on
+        (inf when none was measured)."""
         self._stop_event.set()
         self.join(40)
-        if not self.trips:
-            return math.inf
-        trips = sorted(self.trips)
-        return trips[min(len(trips) - 1, int(math.ceil(0.99 * len(trips))) - 1)]
+        return _p99(self.trips[since:])
+
+
+def _p99(trips: list[float]) -> float:
+    if not trips:
+        return math.inf
+    trips = sorted(trips)
+    return trips[min(len(trips) - 1, int(math.ceil(0.99 * len(trips))) - 1)]
 
 
 @dataclass(frozen=True)
 class _Attack:
     """What an attack did: its counts, the legitimate client's p99 round trip (s) and error,
-    the round trips measured, and the server's growth in resident memory (MB) and log (bytes)."""
+    the round trips measured, the server's growth in resident memory (MB) and log (bytes), and
+    the same client's p99 round trip over :data:`CALM_S` just before the attack."""
 
     counts: Counter[str]
     p99: float
@@ -215,6 +226,13 @@ class _Attack:
     trips: int
     grown_mb: float
     logged: int
+    calm_p99: float = 0.0
+
+    @property
+    def p99_bound(self) -> float:
+        """The p99 the attack may leave the client with (calibrated on the calm window)."""
+        calm = self.calm_p99 if math.isfinite(self.calm_p99) else 0.0
+        return max(P99_BOUND_S, P99_FACTOR * calm)
 
 
 def _under_attack(server: _Served, attack: Callable[[], Awaitable[Counter[str]]],
@@ -223,6 +241,9 @@ def _under_attack(server: _Served, attack: Callable[[], Awaitable[Counter[str]]]
     client = _LegitimateClient(server.base, token)
     client.start()
     client.ready.wait(30)
+    time.sleep(CALM_S)  # the calibration: the same client, the same moment's load, no attack
+    calm = len(client.trips)
+    calm_p99 = _p99(client.trips[:calm])
     idle, logged_before = _rss_mb(server.pid), server.log_bytes()
     peak = [idle]
     sampling = threading.Event()
@@ -238,19 +259,20 @@ def _under_attack(server: _Served, attack: Callable[[], Awaitable[Counter[str]]]
     try:
         counts = asyncio.run(attack())
     finally:
-        p99 = client.stop()
+        p99 = client.stop(since=calm)
         sampling.set()
         sampler.join(5)
-    return _Attack(counts, p99, client.error, len(client.trips), peak[0] - idle,
-                   server.log_bytes() - logged_before)
+    return _Attack(counts, p99, client.error, len(client.trips) - calm, peak[0] - idle,
+                   server.log_bytes() - logged_before, calm_p99)
 
 
 def _verdict(refused: bool, what: str, attack: _Attack) -> tuple[bool, str]:
-    held = (refused and attack.error is None and attack.p99 < P99_BOUND_S
+    held = (refused and attack.error is None and attack.p99 < attack.p99_bound
             and attack.grown_mb < MEMORY_MB and attack.logged < LOG_BYTES)
     shown = ", ".join(f"{k}: {v}" for k, v in attack.counts.most_common(6))
     return held, (f"{what} ({shown}); legitimate client p99 {attack.p99 * 1e3:.0f} ms over {attack.trips} "
-                  f"round trips (bound {P99_BOUND_S * 1e3:.0f} ms)"
+                  f"round trips (bound {attack.p99_bound * 1e3:.0f} ms; "
+                  f"{attack.calm_p99 * 1e3:.0f} ms before the attack)"
                   f"{'; error ' + attack.error if attack.error else ''}; "
                   f"server RSS +{attack.grown_mb:.1f} MB (bound {MEMORY_MB:.0f}), "
                   f"log +{attack.logged} bytes (bound {LOG_BYTES})")
