@@ -44,7 +44,7 @@ ENV_NAME = "ScaleDominance-v0"
 #: in the detail).
 P99_BOUND_S = 0.5
 P99_FACTOR = 4.0
-CALM_S = 1.0
+CALM_S = 0.5
 #: The server's resident memory may grow by less than this during an attack.
 MEMORY_MB = 100.0
 #: The server's log may grow by less than this during an attack (a few warnings, not a line per peer).
