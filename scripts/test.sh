@@ -18,6 +18,11 @@ export BFCL_WHEEL_DIR="$PWD/.cache/bfcl"
 # BFCL's own checker in a venv of its own, for the tool-call env's verdict agreement test.
 [ -x .venv-bfcl/bin/python ] || bash scripts/bfcl_venv.sh >/dev/null \
   || echo "warning: .venv-bfcl not built; the BFCL agreement tests will skip"
+# The OpenEnv server image's packages (docker/openenv/site/), where a docker engine answers, so the
+# container test builds only the image.
+if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+  bash docker/openenv/site.sh || echo "warning: docker/openenv/site.sh failed; the OpenEnv container test builds it"
+fi
 .venv/bin/ruff check .
 # Two worker processes (pytest-xdist; PYTEST_WORKERS=0 runs in this process), a test file per
 # worker at a time so module fixtures are built once; the 25 slowest tests are listed at the end.
