@@ -9,6 +9,7 @@ import sys
 
 import torch
 
+from tests.launched import arm_hang_report
 from trainer.cli import close_process_group
 from trainer.config import config_from_dict
 from trainer.trainer import Trainer
@@ -44,5 +45,6 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
+    arm_hang_report()
     main(sys.argv[1])
     close_process_group()  # an exit with the gloo group alive can abort the process

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from tests.launched import arm_hang_report
 from trainer.cli import close_process_group
 from trainer.config import config_from_dict
 from trainer.fsdp import full_state_dict, is_sharded
@@ -86,5 +87,6 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
+    arm_hang_report()
     main(sys.argv[1])
     close_process_group()  # an exit with the gloo group alive can abort the process

@@ -12,6 +12,7 @@ import sys
 
 import torch
 
+from tests.launched import arm_hang_report
 from trainer.cli import close_process_group
 from trainer.fsdp import full_state_dict, is_sharded
 from trainer.sft import SFTTrainer, sft_config_from_dict
@@ -48,5 +49,6 @@ def main(out: str, data: str) -> None:
 
 
 if __name__ == "__main__":
+    arm_hang_report()
     main(sys.argv[1], sys.argv[2])
     close_process_group()  # an exit with the gloo group alive can abort the process

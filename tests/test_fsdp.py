@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 import torch
 import yaml
 
+from tests.launched import run_bounded
 from tests.ports import free_port
 
 pytestmark = pytest.mark.slow  # two processes under accelerate launch, about a minute
@@ -32,12 +32,9 @@ def runs(tmp_path_factory):
         pytest.skip("the accelerate launcher is not installed")
     tmp = tmp_path_factory.mktemp("fsdp")
     one, two = tmp / "one.pt", tmp / "two.pt"
-    subprocess.run([sys.executable, str(SCRIPT), str(one)], check=True, env=_env(), cwd=ROOT, timeout=300)
-    subprocess.run(
-        [str(LAUNCHER), "launch", "--config_file", str(CONFIGS / "fsdp_cpu.yaml"),
-         "--main_process_port", str(free_port()), str(SCRIPT), str(two)],
-        check=True, env=_env(), cwd=ROOT, timeout=300,
-    )
+    run_bounded([sys.executable, str(SCRIPT), str(one)], env=_env())
+    run_bounded([str(LAUNCHER), "launch", "--config_file", str(CONFIGS / "fsdp_cpu.yaml"),
+                 "--main_process_port", str(free_port()), str(SCRIPT), str(two)], env=_env())
     return torch.load(one), torch.load(two)
 
 

@@ -6,7 +6,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 import torch
 
 from agents.episode import Episode
+from tests.launched import run_bounded
 from tests.ports import free_port
 from trainer.config import ConfigError
 from trainer.policy_forward import PackedBatch, pack_episodes, pack_in_one_row, token_scores
@@ -265,11 +265,9 @@ def test_two_processes_match_one(tmp_path, data, launch):
     script = str(ROOT / "tests" / "sft_distributed_check.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
-    subprocess.run([sys.executable, script, str(one), str(data)], check=True, env=env, cwd=ROOT, timeout=600)
-    subprocess.run(
-        [str(launcher), "launch", *_LAUNCH[launch], "--main_process_port", str(free_port()), script, str(two), str(data)],
-        check=True, env=env, cwd=ROOT, timeout=600,
-    )
+    run_bounded([sys.executable, script, str(one), str(data)], env=env)
+    run_bounded([str(launcher), "launch", *_LAUNCH[launch], "--main_process_port", str(free_port()), script, str(two),
+                 str(data)], env=env)
     a, b = torch.load(one), torch.load(two)
     assert a["world"] == 1 and b["world"] == 2
     assert (a["sharded"], b["sharded"]) == (False, launch == "fsdp")

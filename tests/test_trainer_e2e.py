@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.launched import run_bounded
 from tests.ports import free_port
 from trainer.config import config_from_dict
 from trainer.losses import available_losses
@@ -147,13 +147,10 @@ def test_two_processes_match_one(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     one = tmp_path / "one.pt"
     two = tmp_path / "two.pt"
-    subprocess.run([sys.executable, script, str(one)], check=True, env=env, cwd=ROOT, timeout=600)
-    subprocess.run(
-        [launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-         "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-         script, str(two)],
-        check=True, env=env, cwd=ROOT, timeout=600,
-    )
+    run_bounded([sys.executable, script, str(one)], env=env)
+    run_bounded([launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                 "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+                 script, str(two)], env=env)
     a, b = torch.load(one), torch.load(two)
     assert a["world"] == 1 and b["world"] == 2
     for x, y in zip(a["advantages"], b["advantages"]):

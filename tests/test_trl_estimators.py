@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 from collections import defaultdict, deque
@@ -22,7 +21,9 @@ import numpy as np
 import pytest
 import torch
 
-from tests.trl_venv import ROOT, run_in_trl_venv
+from tests.launched import run_bounded
+from tests.ports import free_port
+from tests.trl_venv import ROOT, require_trl_venv, run_in_trl_venv, trl_venv_env
 from trainer.advantages import compute_advantages
 from trainer.integrations.trl import (
     METRIC_PREFIX,
@@ -336,17 +337,10 @@ def test_trls_aggregations_are_our_grpo_and_gdpo(trl_runs):
 @pytest.mark.timeout(700)
 def test_two_processes_each_train_on_their_slice(tmp_path):
     """accelerate launch with 2 CPU processes (gloo): each applies its slice of the gathered batch's advantages."""
-    with socket.socket() as probe:  # a free port for the processes' rendezvous
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    run_in_trl_venv(
-        "import subprocess, sys; from pathlib import Path;"
-        "launcher = str(Path(sys.executable).parent / 'accelerate');"
-        "subprocess.run([launcher, 'launch', '--multi_gpu', '--num_processes', '2', '--num_machines', '1',"
-        f" '--mixed_precision', 'no', '--dynamo_backend', 'no', '--main_process_port', '{port}',"
-        f" 'tests/trl_distributed_check.py', {str(tmp_path)!r}], check=True, timeout=540)",
-        timeout=600,
-    )
+    run_bounded([str(require_trl_venv().parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
+                 "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                 "--main_process_port", str(free_port()), "tests/trl_distributed_check.py", str(tmp_path)],
+                env=trl_venv_env())
     records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world"] for r in records] == [2, 2]
     for step in range(2):

@@ -15,6 +15,7 @@ import torch
 from trl import GRPOConfig
 
 from corrgrpo_envs.integrations.trl import for_trl
+from tests.launched import arm_hang_report
 from tests.test_trl_adapter import _tiny_model_and_tokenizer
 from trainer.cli import close_process_group
 from trainer.integrations.trl import CorrGRPOTrainer
@@ -50,8 +51,9 @@ def main(out_dir: str) -> None:
     record = {"world": trainer.accelerator.num_processes, "batches": Recording.batches}
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(record))
     trainer.accelerator.wait_for_everyone()
-    close_process_group()  # an exit with the gloo group alive can abort the process
 
 
 if __name__ == "__main__":
+    arm_hang_report()
     main(sys.argv[1])
+    close_process_group()  # after main: the trainer's DDP reducer must not outlive the group

@@ -27,12 +27,17 @@ def require_trl_venv() -> Path:
     return TRL_PYTHON
 
 
+def trl_venv_env() -> dict[str, str]:
+    """The environment a process in the TRL venv runs with (checkout on the path, one thread)."""
+    return {**os.environ, IN_TRL_VENV: "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONPATH": str(ROOT)}
+
+
 def run_in_trl_venv(code: str, *, cwd: Path = ROOT, timeout: float = 600,
                     extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``python -c code`` in the TRL venv (checkout on ``sys.path``); fails the test on a non-zero exit."""
     python = require_trl_venv()
-    env = {**os.environ, IN_TRL_VENV: "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": str(ROOT), **(extra_env or {})}
+    env = {**trl_venv_env(), **(extra_env or {})}
     proc = subprocess.run([str(python), "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
     missing = [m for m in ("corrgrpo_envs", "gymnasium", "pytest", "trl") if f"No module named '{m}'" in proc.stderr]

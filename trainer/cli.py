@@ -9,9 +9,11 @@ not pay for AgentDojo. A module provides ``add_arguments(parser)`` and
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
+import traceback
 
 #: sub-command name -> (module path, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -86,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(modules[args.command].run(args) or 0)  # type: ignore[attr-defined]
+    except BaseException as error:
+        # the failed command's frames would keep its model (a DDP reducer) alive past the group
+        traceback.clear_frames(error.__traceback__)
+        raise
     finally:
         close_process_group()
 
@@ -96,9 +102,16 @@ def close_process_group() -> None:
     Left to the interpreter's exit, gloo's worker threads can be torn down while still joinable,
     and the process then aborts ("terminate called without an active exception") after its work
     is done, failing the whole launch.
+
+    Call it once the run's objects are released. The group must go last: if a DDP reducer
+    outlives it, the reducer drops the group's final reference while holding the GIL, and gloo's
+    destructor joins a worker thread that is waiting for the GIL to free a finished collective's
+    tensors; the process then hangs for ever (one launch in ten here). Collecting first frees
+    what reference cycles still hold, so the group's own (GIL-releasing) destructor runs last.
     """
     torch = sys.modules.get("torch")  # a command that never imported torch has no group
     if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+        gc.collect()
         torch.distributed.destroy_process_group()
 
 
