@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 import zipfile
 from collections import Counter
@@ -170,7 +171,7 @@ def evaluate_stage(
     t0 = time.perf_counter()
     result = evaluate(
         cfg, checkpoint=None if source == "base" else source, split=split, greedy=True,
-        batch_size=args.batch_size, progress=False, task_ids=ids,
+        batch_size=args.batch_size, progress=sys.stderr.isatty(), task_ids=ids,
     )
     records = result.pop("records")
     result.update(
@@ -432,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
             if path.exists() and not args.redo:
                 results.append(json.loads(path.read_text(encoding="utf-8")))
                 continue
+            # a log file gets one line per pair before its (long) evaluation; a terminal also gets a bar
+            print(f"{stage} {name}: evaluating {n or 'all'} tasks ...", flush=True)
             result = evaluate_stage(args.config, stage, source, name, n, args)
             path.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
             results.append(result)
