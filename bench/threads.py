@@ -38,7 +38,7 @@ def child(threads: int, calls: int, out: str) -> None:
 
         threads = auto_torch_threads()
     torch.set_num_threads(threads)
-    from trainer.advantages import compute_advantages
+    from trainer.estimators import compute_advantages
 
     gen = torch.Generator().manual_seed(0)
     groups, size, k = 1024, 8, 7

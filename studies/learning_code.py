@@ -193,7 +193,7 @@ def group_analysis(
     """
     import torch
 
-    from trainer.advantages import compute_advantages, group_rewards
+    from trainer.estimators import compute_advantages, group_rewards
 
     rows = [json.loads(line) for line in (folder / "samples.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
     by_step: dict[int, list[dict[str, Any]]] = {}

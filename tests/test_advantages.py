@@ -1,4 +1,4 @@
-"""Tests of trainer.advantages: the paper's worked example, the consequences of
+"""Tests of trainer.estimators: the paper's worked example, the consequences of
 the CorrGRPO definition, properties, the baselines against hand-computed values,
 NaN handling and input validation."""
 
@@ -13,8 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer import advantages as adv
-from trainer.advantages import (
+from trainer import estimators as adv
+from trainer.estimators import (
     AdvantageResult,
     available_estimators,
     compute_advantages,
@@ -22,6 +22,7 @@ from trainer.advantages import (
     group_rewards,
     register_estimator,
 )
+from trainer.estimators import groups as estimator_groups
 
 EPS = 1e-6
 PROPERTY_SETTINGS = settings(max_examples=60, deadline=None)
@@ -311,12 +312,12 @@ def test_shuffling_rows_permutes_advantages(batch, estimator) -> None:
 @given(batches(nan=True), st.sampled_from(["corrgrpo", "grpo", "mo_grpo", "gdpo"]), st.booleans())
 def test_matches_per_group_loop_reference(batch, estimator, counting) -> None:
     rewards, ids, weights = batch
-    factor = adv.DENSE_ID_RANGE_FACTOR
+    factor = estimator_groups.DENSE_ID_RANGE_FACTOR
     try:  # both ways of mapping group ids to rows (counting pass, sort) must agree
-        adv.DENSE_ID_RANGE_FACTOR = factor if counting else -10**6
+        estimator_groups.DENSE_ID_RANGE_FACTOR = factor if counting else -10**6
         result = compute_advantages(rewards, ids - 50, estimator, weights=weights)
     finally:
-        adv.DENSE_ID_RANGE_FACTOR = factor
+        estimator_groups.DENSE_ID_RANGE_FACTOR = factor
     expected = loop_reference(rewards, ids, weights, estimator)
     np.testing.assert_allclose(result.advantages.numpy(), expected, rtol=1e-5, atol=1e-5)
 

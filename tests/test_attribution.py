@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.tolerances import reduction_atol
-from trainer.advantages import (
+from trainer.config import config_from_dict
+from trainer.estimators import (
     ESTIMATORS,
     available_estimators,
     compute_advantages,
@@ -27,8 +28,7 @@ from trainer.advantages import (
     group_rewards,
     register_estimator,
 )
-from trainer.attribution import attribute, attribution_metrics, register_attribution
-from trainer.config import config_from_dict
+from trainer.estimators.attribution import attribute, attribution_metrics, register_attribution
 from trainer.trainer import Trainer
 
 K = 3
@@ -240,7 +240,7 @@ def test_an_estimator_written_as_its_decomposition(tmp_path, monkeypatch):
     (tmp_path / "my_decomposed.py").write_text(textwrap.dedent("""
         import torch
 
-        from trainer.advantages import Decomposition, decomposed
+        from trainer.estimators import Decomposition, decomposed
 
         @decomposed
         def half(groups, *, factor: float = 0.5):

@@ -101,8 +101,8 @@ def test_entry_point_parsing():
 def test_every_kind_uses_it():
     import corrgrpo_envs
     from corrgrpo_envs.registry import ENVS
-    from trainer.advantages import ESTIMATORS
     from trainer.engines import ENGINES
+    from trainer.estimators import ESTIMATORS
     from trainer.losses import LOSSES
 
     assert {"grpo", "corrgrpo"} <= set(ESTIMATORS.names())

@@ -9,7 +9,7 @@ import pytest
 
 import corrgrpo_envs
 from trainer.config import ConfigError, config_from_dict, load_config
-from trainer.reward_gates import RewardGates
+from trainer.estimators.reward_gates import RewardGates
 from trainer.rollout import informative_groups
 from trainer.trainer import Trainer
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from trainer.config import ConfigError, config_from_dict, load_config
-from trainer.reward_weights import Schedule, resolve_reward_weights
+from trainer.estimators.reward_weights import Schedule, resolve_reward_weights
 from trainer.trainer import Trainer
 
 NAMES = ["digits", "has_a", "word_with_a"]

@@ -165,8 +165,8 @@ def test_the_settings_live_on_the_ground_floor_with_the_standard_library_only():
 
 def test_the_config_errors_are_one_config_error():
     from corrgrpo_registry.yaml_files import DuplicateKeyError
+    from trainer.estimators.reward_weights import WeightSpecError
     from trainer.losses import LossConfigError
-    from trainer.reward_weights import WeightSpecError
 
     for cls in (DuplicateKeyError, LossConfigError, WeightSpecError):
         assert issubclass(cls, ConfigError), cls

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer import advantages, losses
+from trainer import estimators as advantages
+from trainer import losses
 from trainer.config import load_config
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "trainer.md"

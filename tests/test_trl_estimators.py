@@ -24,7 +24,8 @@ import torch
 from tests.launched import run_bounded
 from tests.ports import free_port
 from tests.trl_venv import ROOT, require_trl_venv, run_in_trl_venv, trl_venv_env
-from trainer.advantages import compute_advantages
+from trainer.estimators import compute_advantages
+from trainer.estimators.reward_metrics import reward_metrics
 from trainer.integrations.trl import (
     METRIC_PREFIX,
     CorrGRPOMixin,
@@ -32,7 +33,6 @@ from trainer.integrations.trl import (
     diagnostic_metrics,
     group_ids_of,
 )
-from trainer.reward_metrics import reward_metrics
 
 DOCS = ROOT / "docs" / "trl.md"
 README = ROOT / "README.md"
@@ -138,7 +138,7 @@ def test_weight_schedule_and_gates_reach_trls_reward_matrix_and_weights():
     trainer.state.global_step = 5
     gated = trainer._calculate_rewards(None, None, None, None)
     assert gated[:, 2].tolist() == [1.0, 0.0, 0.0, 0.0]  # word_with_a counts only where has_a is met
-    assert trainer.reward_weights.tolist() == [1.0, 1.5, 1.0]  # TRL's aggregation reads these
+    assert trainer.estimators.reward_weights.tolist() == [1.0, 1.5, 1.0]  # TRL's aggregation reads these
     metrics = trainer._metrics["train"]
     assert metrics["corrgrpo/gate/word_with_a/open_fraction"] == [0.5]
     assert metrics["corrgrpo/reward_raw/word_with_a/mean"] == [0.75]

@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 from corrgrpo_envs.toy.rewards import score_text
-from trainer.advantages import available_estimators, compute_advantages, register_estimator
+from trainer.estimators import available_estimators, compute_advantages, register_estimator
+from trainer.estimators.reward_metrics import reward_metrics
 from trainer.integrations.verl import (
     RESERVED_KEYS,
     compute_score,
@@ -32,7 +33,6 @@ from trainer.integrations.verl import (
     dataset_rows,
     verl_name,
 )
-from trainer.reward_metrics import reward_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
@@ -335,7 +335,7 @@ def test_verl_plugin_options_and_refusals():
     # a plug-in of our registry, registered after the import, and an option from the config
     @register_estimator("verl_test_scaled_corrgrpo", override=True)
     def scaled(groups, *, factor: float = 1.0):
-        from trainer.advantages import corrgrpo_advantages
+        from trainer.estimators import corrgrpo_advantages
 
         return factor * corrgrpo_advantages(groups)
 

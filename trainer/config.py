@@ -96,7 +96,7 @@ class ModelConfig:
 class AlgorithmConfig:
     estimator: str = "corrgrpo"
     """Advantage estimator: ``corrgrpo``, ``grpo``, ``dr_grpo``, ``gdpo``, ``mo_grpo``, ``gdpo_corr``,
-    ``rloo``, ``reinforce_pp``, one registered with ``trainer.advantages.register_estimator``, or
+    ``rloo``, ``reinforce_pp``, one registered with ``trainer.estimators.register_estimator``, or
     an entry point ``package.module:function``."""
     estimator_options: dict[str, Any] = field(default_factory=dict)
     """Keyword options of the estimator (e.g. ``{scale: batch}`` for grpo, ``{eps: 1e-6}``)."""
@@ -123,11 +123,11 @@ class AlgorithmConfig:
     reward_weights: list[Any] | dict[str, Any] | None = None
     """Weights of the reward components (default: the environment's): a list with one entry per
     component or a mapping by component name; an entry is a number or a piecewise-linear
-    schedule over steps ``{values: [[0, 0.5], [100, 1.5]]}`` (``trainer.reward_weights``)."""
+    schedule over steps ``{values: [[0, 0.5], [100, 1.5]]}`` (``trainer.estimators.reward_weights``)."""
     reward_gates: dict[str, Any] = field(default_factory=dict)
     """Gated components: ``{correct: [format, compile]}`` scores ``correct`` at its lower bound
     unless every gate is at its upper bound; ``{correct: {format: 1.0, compile: 0.5}}`` gives
-    each gate a threshold (``trainer.reward_gates``). Applied to the raw reward vectors."""
+    each gate a threshold (``trainer.estimators.reward_gates``). Applied to the raw reward vectors."""
     kl_beta: float = num_field(0.0, _NON_NEGATIVE)
     """Weight of the k3 KL penalty against a frozen copy of the initial model (0: no reference)."""
     dynamic_sampling: bool | None = None
@@ -452,8 +452,8 @@ def resolve_env(env_id: Any) -> Any:
 
 def _check_rewards(cfg: Config) -> None:
     """Reward weights and gates are well formed (their names are checked against the env later)."""
-    from trainer.reward_gates import check_reward_gates
-    from trainer.reward_weights import check_reward_weights
+    from trainer.estimators.reward_gates import check_reward_gates
+    from trainer.estimators.reward_weights import check_reward_weights
 
     for key, check, value in (("algorithm.reward_weights", check_reward_weights, cfg.algorithm.reward_weights),
                               ("algorithm.reward_gates", check_reward_gates, cfg.algorithm.reward_gates)):
@@ -470,7 +470,7 @@ def _check_plugins(cfg: Config) -> None:
 
     a = cfg.algorithm
     try:
-        from trainer.advantages import check_estimator
+        from trainer.estimators import check_estimator
 
         check_estimator(a.estimator, a.estimator_options)
     except ValueError as exc:

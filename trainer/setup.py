@@ -25,8 +25,8 @@ from agents.policy import SamplingParams
 from corrgrpo_envs.registry import resolve
 from corrgrpo_envs.vector import GroupedVectorEnv
 from trainer.config import Config, env_constructor_kwargs
+from trainer.estimators.reward_weights import RewardWeights, resolve_reward_weights
 from trainer.losses import LossConfig, get_loss, resolve_loss_config
-from trainer.reward_weights import RewardWeights, resolve_reward_weights
 
 __all__ = [
     "build_loss",

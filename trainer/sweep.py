@@ -77,7 +77,7 @@ def parse_weights(spec: str, names: Sequence[str], low: Sequence[float], high: S
     data = json.loads(path.read_text()) if path.suffix == ".json" else load_yaml(path)
     if not isinstance(data, list) or not data:
         raise ValueError(f"{path}: expected a non-empty list of reward_weights values")
-    from trainer.reward_weights import resolve_reward_weights
+    from trainer.estimators.reward_weights import resolve_reward_weights
 
     for i, entry in enumerate(data):  # check each against the env now, not after hours of training
         resolve_reward_weights(entry, names, [1.0] * len(names), key=f"{path}[{i}]")

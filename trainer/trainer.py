@@ -35,14 +35,14 @@ from accelerate import Accelerator
 from accelerate.utils import gather_object
 
 from trainer import setup
-from trainer.advantages import AdvantageResult, compute_advantages
-from trainer.attribution import attribute, attribution_metrics
 from trainer.config import Config, config_to_dict
 from trainer.engines import make_engine
+from trainer.estimators import AdvantageResult, compute_advantages
+from trainer.estimators.attribution import attribute, attribution_metrics
+from trainer.estimators.reward_gates import RewardGates
+from trainer.estimators.reward_metrics import reward_metrics
 from trainer.overlap import OverlappedRollouts, overlap_threads
 from trainer.policy_forward import pack_episodes
-from trainer.reward_gates import RewardGates
-from trainer.reward_metrics import reward_metrics
 from trainer.rollout import (
     RolloutBatch,
     informative_groups,

@@ -10,7 +10,7 @@ TRL) hooks those two methods:
   about to train, applies the reward gates to the gathered matrix (so TRL's own aggregation
   sees gated rewards too), and keeps the matrix;
 - ``_generate_and_score_completions``: after TRL built its batch, computes
-  ``trainer.advantages.compute_advantages`` on the kept matrix (groups are TRL's contiguous
+  ``trainer.estimators.compute_advantages`` on the kept matrix (groups are TRL's contiguous
   blocks of ``num_generations``), replaces this process's slice of the advantages, and logs
   our diagnostics under ``corrgrpo/`` in TRL's metrics.
 
@@ -40,11 +40,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.advantages import AdvantageResult, compute_advantages, get_estimator
-from trainer.attribution import attribute, attribution_metrics
-from trainer.reward_gates import RewardGates, check_reward_gates
-from trainer.reward_metrics import reward_metrics
-from trainer.reward_weights import RewardWeights, resolve_reward_weights
+from trainer.estimators import AdvantageResult, compute_advantages, get_estimator
+from trainer.estimators.attribution import attribute, attribution_metrics
+from trainer.estimators.reward_gates import RewardGates, check_reward_gates
+from trainer.estimators.reward_metrics import reward_metrics
+from trainer.estimators.reward_weights import RewardWeights, resolve_reward_weights
 
 __all__ = [
     "METRIC_PREFIX",
@@ -93,7 +93,7 @@ def diagnostic_metrics(
 ) -> dict[str, float]:
     """Our per-step metrics as flat scalars (a logger of scalars takes them), without the prefix.
 
-    The names are those of ``trainer.reward_metrics`` and ``trainer.attribution`` (``c_q/median``,
+    The names are those of ``trainer.estimators.reward_metrics`` and ``trainer.estimators.attribution`` (``c_q/median``,
     ``k_eff/mean``, ``cov_share/<name>``, ``active_fraction/<name>``, ``zero_variance_fraction``,
     ``advantage_share/<name>``, ...); the correlation matrix becomes one entry per pair,
     ``reward_correlation/<a>/<b>`` (a before b), and the weights in force ``reward_weight/<name>``.
@@ -146,7 +146,7 @@ class CorrGRPOMixin:
     Keyword arguments taken before ``GRPOTrainer``'s own:
 
     Args:
-        estimator: a name of ``trainer.advantages.available_estimators()`` or an entry point
+        estimator: a name of ``trainer.estimators.available_estimators()`` or an entry point
             ``package.module:function``; None keeps TRL's aggregation (diagnostics only).
         estimator_options: the estimator's options (e.g. ``{"eps": 1e-6}``).
         reward_weights: a weight per component or a schedule, in the form of

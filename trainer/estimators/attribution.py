@@ -4,9 +4,9 @@ Every built-in estimator is linear in the (centred) weighted rewards once its
 normalisers are fixed: ``A_i = sum_k a_ik``. ``a_ik`` is component k's part of
 response i's advantage, and since the policy gradient is ``sum_i A_i grad log p_i``,
 ``sum_i a_ik grad log p_i`` is component k's part of the update. Each estimator
-in ``trainer.advantages`` is written once, as that decomposition
-(``trainer.advantages.Decomposition``, made into the estimator by
-``trainer.advantages.decomposed``), so the parts are the advantages' own terms;
+in :mod:`trainer.estimators` is written once, as that decomposition
+(``trainer.estimators.Decomposition``, made into the estimator by
+``trainer.estimators.decomposed``), so the parts are the advantages' own terms;
 each estimator's docstring (and ``docs/advantages.md``) gives its ``a_ik``.
 
 A decomposition also gives an *effective weight per group*: the factor its
@@ -35,11 +35,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.advantages import (
-    ACTIVITY_RTOL,
+from trainer.estimators.groups import ACTIVITY_RTOL, RewardGroups
+from trainer.estimators.registry import (
     Decomposition,
     DecompositionFn,
-    RewardGroups,
+    as_decomposition,
     get_estimator,
 )
 
@@ -100,7 +100,7 @@ def register_attribution(name: str) -> Callable[[DecompositionFn], Decomposition
 
     It becomes the ``attribution`` attribute of the estimator ``name`` resolves to (a
     registered name or an entry point; ValueError for an unknown one). An estimator made by
-    ``trainer.advantages.decomposed`` already has its own and needs none.
+    ``trainer.estimators.decomposed`` already has its own and needs none.
     """
 
     def decorator(fn: DecompositionFn) -> DecompositionFn:
@@ -124,7 +124,8 @@ def attribute(groups: RewardGroups, estimator: str, options: dict[str, Any] | No
     decompose = getattr(fn, "attribution", None)
     valid = groups.valid[:, None]
     if decompose is not None:
-        parts, weight = decomposition if decomposition is not None else decompose(groups, **options)
+        parts, weight, *_ = decomposition if decomposition is not None \
+            else as_decomposition(decompose(groups, **options))
         parts = torch.where(valid, parts.to(torch.float64), 0.0)
         if weight is not None and weight.dim() == 1:  # undefined where nothing varies (1/eps for GRPO)
             weight = torch.where(groups.active.any(dim=1), weight.to(torch.float64), float("nan"))
