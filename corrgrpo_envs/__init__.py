@@ -39,6 +39,12 @@ register(
     description="toy: rewards of very different scales and correlations, learnable in minutes",
 )
 register(
+    "corrgrpo/Regime-v0",
+    "corrgrpo_envs.toy.regimes:RegimeEnv",
+    settings="corrgrpo_envs.toy.settings:RegimeSettings",
+    description="toy: reward sets where estimators differ (scale, redundancy, trade-off, sparsity, mixed)",
+)
+register(
     "corrgrpo/Code-v0",
     "corrgrpo_envs.code.env:CodeEnv",
     settings="corrgrpo_envs.code.settings:CodeSettings",

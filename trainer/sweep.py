@@ -1,13 +1,10 @@
 """``corrgrpo sweep``: train a grid of reward weightings x seeds x estimators, evaluate each final
 model greedily and write the Pareto front.
 
-Each run is ``corrgrpo train CONFIG`` in a process of its own (``--parallel`` at once) with
-``algorithm.reward_weights``, ``algorithm.estimator`` and ``train.seed`` set, into
-``OUT/<estimator>/w<i>-s<seed>/``, with periodic checkpoints and ``train.resume=auto``; then
-``corrgrpo eval`` of its last checkpoint on the eval split (greedy) writes ``eval.json`` beside
-it (to a temporary name first, renamed when complete). A run with ``eval.json`` is finished and
-skipped; one without is resumed from its latest checkpoint (or evaluated, if training had
-finished). ``front.json`` and ``front.png`` are then written from every ``eval.json``
+Each run is ``corrgrpo train CONFIG`` with ``algorithm.reward_weights``, ``algorithm.estimator``
+and ``train.seed`` set, into ``OUT/<estimator>/w<i>-s<seed>/``, then ``corrgrpo eval`` of its
+last checkpoint on the eval split (greedy), in a worker process of its own (``--parallel`` at
+once), resumable (:mod:`trainer.run_queue`). ``front.json`` and ``front.png`` are then written from every ``eval.json``
 (:mod:`trainer.pareto`).
 
 Weightings: ``simplex:N`` is every point of the simplex with steps of 1/N (``C(N+K-1, K-1)``
@@ -21,12 +18,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,10 +29,9 @@ import numpy as np
 from corrgrpo_registry.yaml_files import load_yaml
 from trainer.config import Config, load_config
 from trainer.pareto import hypervolume, interval, non_dominated, percent_of_range, plot_front
+from trainer.run_queue import EVAL_FILE, QueuedRun, run_all
 
 __all__ = ["SweepRun", "parse_weights", "plan_runs", "run_sweep", "simplex", "write_front"]
-
-EVAL_FILE = "eval.json"
 
 
 def simplex(k: int, n: int) -> list[list[float]]:
@@ -103,51 +95,15 @@ def plan_runs(out: Path, estimators: Sequence[str], weightings: Sequence[Weighti
             for e in estimators for w in weightings for s in range(seeds)]
 
 
-def _overrides(run: SweepRun, steps: int, save_every: int) -> list[str]:
-    return [
-        f"algorithm.estimator={run.estimator}",
-        f"algorithm.reward_weights={json.dumps(run.weighting.reward_weights)}",
-        f"train.seed={run.seed}",
-        f"train.output_dir={run.folder}",
-        "train.resume=auto",
-        f"train.save_every={save_every}",
-        "train.save_final=true",
-        "train.progress=false",
-        f"train.steps={steps}",
-    ]
-
-
-def _execute(run: SweepRun, config: str, overrides: Sequence[str], steps: int, save_every: int,
-             threads: int, eval_limit: int | None, log: Any) -> dict[str, Any]:
-    """Train (or resume) and evaluate one run unless it has finished; returns what was done.
-
-    Both commands run in one worker process (``python -m trainer.sweep``), so a run pays for
-    one interpreter start, not two.
-    """
-    done = run.folder / EVAL_FILE
-    if done.exists():
-        return {"run": run.label, "status": "skipped"}
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
-    run.folder.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    final = run.folder / f"checkpoint-{steps}"
-    commands = []
-    status = "evaluated"
-    if not (final / "checkpoint.json").exists():
-        status = "resumed" if any(run.folder.glob("checkpoint-*")) else "trained"
-        commands.append(["train", config, *overrides, *_overrides(run, steps, save_every),
-                         f"rollout.torch_threads={threads}"])
-    partial = run.folder / (EVAL_FILE + ".partial")
-    limit = ["--limit", str(eval_limit)] if eval_limit else []
-    commands.append(["eval", config, *overrides, f"train.seed={run.seed}", "--checkpoint", str(final),
-                     "--split", "eval", "--out", str(partial), *limit])
-    with open(run.folder / "sweep.log", "a", encoding="utf-8") as out:
-        subprocess.run([sys.executable, "-m", "trainer.sweep", json.dumps(commands)],
-                       check=True, env=env, stdout=out, stderr=subprocess.STDOUT)
-    os.replace(partial, done)  # complete: the run counts as finished from now on
-    seconds = time.perf_counter() - t0
-    log(f"{run.label}: {status} in {seconds:.0f} s")
-    return {"run": run.label, "status": status, "seconds": seconds}
+def _queued(run: SweepRun, config: str, overrides: Sequence[str], steps: int,
+            eval_limit: int | None) -> QueuedRun:
+    """The train-then-evaluate run of one point of the grid."""
+    return QueuedRun(
+        label=run.label, folder=run.folder, config=config, seed=run.seed, steps=steps,
+        overrides=(*overrides, f"algorithm.estimator={run.estimator}",
+                   f"algorithm.reward_weights={json.dumps(run.weighting.reward_weights)}"),
+        eval_limit=eval_limit,
+    )
 
 
 def _env_bounds(cfg: Config) -> tuple[list[str], list[float], list[float]]:
@@ -184,13 +140,11 @@ def run_sweep(
                                                for w in weightings],
             "estimators": estimators, "seeds": seeds, "steps": steps}
     (out / "grid.json").write_text(json.dumps(grid, indent=2))
-    threads = max(1, (os.cpu_count() or 1) // max(1, parallel))
     t0 = time.perf_counter()
     log(f"{len(runs)} runs ({len(estimators)} estimators x {len(weightings)} weightings x {seeds} seeds) "
         f"into {out}, {parallel} at a time")
-    with ThreadPoolExecutor(max(1, parallel)) as pool:
-        results = list(pool.map(
-            lambda r: _execute(r, config, overrides, steps, every, threads, eval_limit, log), runs))
+    results = run_all([_queued(r, config, overrides, steps, eval_limit) for r in runs], parallel,
+                      save_every=lambda _: every, log=log)
     front = write_front(out, runs, grid)
     front["wall_seconds"] = time.perf_counter() - t0
     front["runs_done"] = {s: sum(r["status"] == s for r in results)
@@ -252,18 +206,3 @@ def write_front(out: Path, runs: Sequence[SweepRun], grid: dict[str, Any]) -> di
         plot_front(front, out / "front.png")
     (out / "front.json").write_text(json.dumps(front, indent=2))
     return front
-
-
-def _worker(commands: list[list[str]]) -> int:
-    """Run ``corrgrpo`` commands one after the other in this process; stop at the first failure."""
-    from trainer.cli import main
-
-    for command in commands:
-        code = main(command)
-        if code:
-            return code
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_worker(json.loads(sys.argv[1])))

@@ -12,7 +12,10 @@ from corrgrpo_envs.toy.datasets import PROMPT_TEMPLATE
 from corrgrpo_envs.toy.rewards import REWARD_SETS
 from corrgrpo_registry.settings import Range, num_field
 
-__all__ = ["ToySettings"]
+__all__ = ["RegimeSettings", "ToySettings"]
+
+#: The regimes of ``corrgrpo/Regime-v0`` (kept here as literals: settings load without the env).
+REGIME_NAMES = ("scale", "redundant", "tradeoff", "sparse", "mixed")
 
 
 @dataclass
@@ -43,3 +46,27 @@ class ToySettings(EnvSettings):
     rewards: Literal[REWARD_SETS] = "default"
     """``default``, or ``anchor`` (the TRL anchor's ``digits`` uncapped, ``has_a``, ``has_b``;
     ``letter`` and ``max_digits`` do not apply to it)."""
+
+
+@dataclass
+class RegimeSettings(EnvSettings):
+    """Keyword arguments of :class:`~corrgrpo_envs.toy.regimes.RegimeEnv`."""
+
+    regime: Literal[REGIME_NAMES] = "scale"
+    """The reward set: ``scale`` (one reward with a 100x larger range), ``redundant`` (two
+    near-duplicate rewards), ``tradeoff`` (two rewards that trade off), ``sparse`` (a rare
+    all-or-nothing reward beside a dense one) or ``mixed`` (seven rewards of mixed scales)."""
+    num_tasks: int = num_field(64, Range(low=1))
+    """Number of built-in prompts (ids ``prompt-0000`` ...)."""
+    reward_weights: list[float] | None = num_field(None)
+    """Weights of the components (default all 1; the trainer's ``algorithm.reward_weights``
+    sets them in a run)."""
+    prompt_template: str = PROMPT_TEMPLATE
+    """The built-in prompt, with ``{k}`` for the task number."""
+    dataset: str | Path | TaskSource = "short-strings"
+    """Where the prompts come from: ``short-strings``, a ``.txt`` file with one prompt per line,
+    or a ``.jsonl`` of ``{"id", "prompt"}``."""
+    format: str | None = None
+    """The file format when it cannot be detected from the name."""
+    split: Literal["train", "eval", "all"] = "all"
+    """The task split (the trainer's ``train.split`` sets it in a run)."""

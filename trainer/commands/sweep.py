@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}")
         return 1
     except subprocess.CalledProcessError as exc:
-        print(f"error: a run failed ({exc}); see sweep.log in its folder; run the same command again to resume")
+        print(f"error: a run failed ({exc}); see run.log in its folder; run the same command again to resume")
         return 1
     names = front["names"]
     print(f"{'estimator':<12} {'w':>3}  " + "  ".join(f"{n[:14]:>14}" for n in names) + "  front")

@@ -1,0 +1,148 @@
+"""Train-then-evaluate runs in worker processes, resumable: what ``sweep`` and ``arena`` share.
+
+A :class:`QueuedRun` is one ``corrgrpo train`` (with periodic checkpoints and
+``train.resume=auto``) followed by one ``corrgrpo eval`` of its final checkpoint on the eval
+split, both in one worker process (``python -m trainer.run_queue``), so a run pays for one
+interpreter start. The evaluation is written under a temporary name and renamed when complete:
+a run whose ``eval.json`` exists is finished and skipped; one without is resumed from its latest
+checkpoint (or only evaluated, when training had finished). :func:`run_all` runs a list of them
+``parallel`` at a time and reports each as it ends, with the time left at the pace so far.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EVAL_FILE", "QueuedRun", "run_all", "run_one", "threads_per_run"]
+
+EVAL_FILE = "eval.json"
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    """One run: ``corrgrpo train CONFIG OVERRIDES``, then ``corrgrpo eval`` of its last checkpoint.
+
+    Attributes:
+        label: how progress lines and errors name the run.
+        folder: the run folder (``train.output_dir``); ``eval.json`` in it marks it finished.
+        config: the training config (a path, or a name in ``env_configs/``).
+        overrides: ``KEY=VALUE`` settings of this run, after the config's.
+        steps: ``train.steps`` of the run.
+        eval_limit: evaluate on the first N tasks of the eval split only (None: all).
+        keep_checkpoints: keep the model folders once evaluated (else they are removed).
+    """
+
+    label: str
+    folder: Path
+    config: str
+    overrides: tuple[str, ...]
+    steps: int
+    eval_limit: int | None = None
+    keep_checkpoints: bool = True
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def finished(self) -> bool:
+        return (self.folder / EVAL_FILE).exists()
+
+    def commands(self, save_every: int, threads: int) -> list[list[str]]:
+        """The ``corrgrpo`` command lines still to run (train unless its final checkpoint exists)."""
+        final = self.folder / f"checkpoint-{self.steps}"
+        commands = []
+        if not (final / "checkpoint.json").exists():
+            commands.append(["train", self.config, *self.overrides,
+                             f"train.seed={self.seed}", f"train.output_dir={self.folder}",
+                             "train.resume=auto", f"train.save_every={save_every}",
+                             "train.save_final=true", "train.progress=false", f"train.steps={self.steps}",
+                             f"rollout.torch_threads={threads}"])
+        limit = ["--limit", str(self.eval_limit)] if self.eval_limit else []
+        commands.append(["eval", self.config, *self.overrides, f"train.seed={self.seed}",
+                         "--checkpoint", str(final), "--split", "eval",
+                         "--out", str(self.folder / (EVAL_FILE + ".partial")), *limit])
+        return commands
+
+
+def threads_per_run(parallel: int) -> int:
+    """Torch threads for each of ``parallel`` runs sharing this machine's cores."""
+    return max(1, (os.cpu_count() or 1) // max(1, parallel))
+
+
+def run_one(run: QueuedRun, save_every: int, threads: int) -> dict[str, Any]:
+    """Train (or resume) and evaluate ``run`` unless it has finished; returns what was done.
+
+    Raises ``subprocess.CalledProcessError`` when a command fails; its output is in the run
+    folder's ``run.log``.
+    """
+    if run.finished:
+        return {"run": run.label, "status": "skipped"}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+    run.folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    commands = run.commands(save_every, threads)
+    status = "evaluated"
+    if len(commands) == 2:
+        status = "resumed" if any(run.folder.glob("checkpoint-*")) else "trained"
+    with open(run.folder / "run.log", "a", encoding="utf-8") as out:
+        subprocess.run([sys.executable, "-m", "trainer.run_queue", json.dumps(commands)],
+                       check=True, env=env, stdout=out, stderr=subprocess.STDOUT)
+    os.replace(run.folder / (EVAL_FILE + ".partial"), run.folder / EVAL_FILE)  # finished from now on
+    if not run.keep_checkpoints:
+        for path in run.folder.glob("checkpoint-*"):
+            shutil.rmtree(path, ignore_errors=True)
+    return {"run": run.label, "status": status, "seconds": time.perf_counter() - t0}
+
+
+def run_all(runs: Sequence[QueuedRun], parallel: int, save_every: Callable[[QueuedRun], int],
+            log: Callable[[str], Any] = print) -> list[dict[str, Any]]:
+    """Run every unfinished run, ``parallel`` at a time; one progress line per run that ends."""
+    threads = threads_per_run(parallel)
+    todo = [r for r in runs if not r.finished]
+    results = [{"run": r.label, "status": "skipped"} for r in runs if r.finished]
+    if not todo:
+        return results
+    t0 = time.perf_counter()
+    pool = ThreadPoolExecutor(max(1, parallel))
+    try:
+        futures = [pool.submit(run_one, r, save_every(r), threads) for r in todo]
+        for done, future in enumerate(as_completed(futures), 1):
+            result = future.result()  # a failed run stops the queue with its error
+            results.append(result)
+            elapsed = time.perf_counter() - t0
+            left = elapsed / done * (len(todo) - done)
+            log(f"[{done}/{len(todo)}] {result['run']}: {result['status']} in "
+                f"{result.get('seconds', 0):.0f} s (elapsed {_clock(elapsed)}, about {_clock(left)} left)")
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # after a failure, start no other run
+    return results
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _worker(commands: list[list[str]]) -> int:
+    """Run ``corrgrpo`` commands one after the other in this process; stop at the first failure."""
+    from trainer.cli import main
+
+    for command in commands:
+        code = main(command)
+        if code:
+            return code
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_worker(json.loads(sys.argv[1])))
