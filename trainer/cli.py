@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("trainer.commands.plot", "plot one or more training runs"),
     "advise": ("trainer.commands.advise", "known conditions in runs' diagnostics and what to try"),
     "sweep": ("trainer.commands.sweep", "a grid of reward weightings x seeds x estimators, and its Pareto front"),
+    "arena": ("trainer.commands.arena", "every estimator x seed on the same regimes: tables, paired tests, tiers, costs"),
     "redteam": ("corrgrpo_envs.redteam.command", "every known attack (sandbox, judge, paste, OpenEnv) against this machine"),
     "code": ("corrgrpo_envs.code.commands", "code domain utilities (reference runtimes)"),
 }

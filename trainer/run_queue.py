@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,8 @@ class QueuedRun:
         steps: ``train.steps`` of the run.
         eval_limit: evaluate on the first N tasks of the eval split only (None: all).
         keep_checkpoints: keep the model folders once evaluated (else they are removed).
+        seed: ``train.seed`` of the run (the evaluation's too).
+        eval_options: more ``corrgrpo eval`` options (e.g. ``--sample``).
     """
 
     label: str
@@ -50,7 +52,7 @@ class QueuedRun:
     eval_limit: int | None = None
     keep_checkpoints: bool = True
     seed: int = 0
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    eval_options: tuple[str, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -69,7 +71,7 @@ class QueuedRun:
         limit = ["--limit", str(self.eval_limit)] if self.eval_limit else []
         commands.append(["eval", self.config, *self.overrides, f"train.seed={self.seed}",
                          "--checkpoint", str(final), "--split", "eval",
-                         "--out", str(self.folder / (EVAL_FILE + ".partial")), *limit])
+                         "--out", str(self.folder / (EVAL_FILE + ".partial")), *limit, *self.eval_options])
         return commands
 
 

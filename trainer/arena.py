@@ -1,0 +1,138 @@
+"""``corrgrpo arena``: every estimator x seed on the same regimes, budget and seeds, and one report.
+
+A *regime* is a training config (``env_configs/arena/`` ships five: :mod:`corrgrpo_envs.toy.regimes`);
+the arena trains each of them once per estimator and seed, changing nothing else
+(``algorithm.estimator`` and ``train.seed``), evaluates each final model on the regime's
+held-out split (sampling as in training, or greedily), and writes one folder::
+
+    OUT/arena.json                      the plan: configs, overrides, estimators, seeds, steps
+    OUT/<regime>/<estimator>/s<seed>/   each run: metrics.jsonl, eval.json, run.log
+    OUT/results.json, OUT/report.md     every number of the report, and its tables
+    OUT/pareto.png                      each regime's rewards, one point per estimator
+
+Runs go ``parallel`` at a time in worker processes and resume after an interruption
+(:mod:`trainer.run_queue`). Past one machine the arena hands its runs to a scheduler instead:
+``--commands`` prints one command line per unfinished run (each runs exactly that run, e.g. as a
+Slurm array task or an ``accelerate launch`` job), and ``--report`` merges the run folders into
+the report once they are done. The analysis is :mod:`trainer.arena_report`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corrgrpo_envs.registry import resolve_config_path
+from trainer.config import load_config
+from trainer.run_queue import QueuedRun, run_all, run_one, threads_per_run
+
+__all__ = ["ArenaPlan", "BASELINE", "plan_arena", "regime_configs", "run_arena", "scheduler_commands"]
+
+#: The estimator every other one is compared with, seed by seed.
+BASELINE = "grpo"
+
+
+def regime_configs(items: Sequence[str]) -> dict[str, Path]:
+    """``{regime: config}`` from config files and folders (every ``*.yaml`` in a folder).
+
+    A regime is named by its file's stem; a name, file or folder is also looked for in the
+    shipped ``env_configs/``. ValueError for a folder without configs or two configs of one name.
+    """
+    found: dict[str, Path] = {}
+    for item in items:
+        path = resolve_config_path(item)
+        paths = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+        if not paths:
+            raise ValueError(f"{path}: a folder without *.yaml configs")
+        for p in paths:
+            if p.stem in found and found[p.stem] != p:
+                raise ValueError(f"two configs are named {p.stem!r}: {found[p.stem]} and {p}")
+            found[p.stem] = p
+    return found
+
+
+@dataclass(frozen=True)
+class ArenaPlan:
+    """What the arena trains: every regime x estimator x seed, with the same settings."""
+
+    out: Path
+    regimes: dict[str, Path]
+    estimators: list[str]
+    seeds: int
+    overrides: list[str]
+    steps: dict[str, int]
+    eval_limit: int | None
+    keep_checkpoints: bool = False
+    eval_sample: bool = True
+
+    def runs(self) -> list[QueuedRun]:
+        """Every run, seed-major (an interrupted arena still has whole seeds)."""
+        return [
+            QueuedRun(
+                label=f"{regime}/{estimator}/s{seed}", folder=self.out / regime / estimator / f"s{seed}",
+                config=str(config), seed=seed, steps=self.steps[regime],
+                overrides=(*self.overrides, f"algorithm.estimator={estimator}"),
+                eval_limit=self.eval_limit, keep_checkpoints=self.keep_checkpoints,
+                eval_options=("--sample",) if self.eval_sample else (),
+            )
+            for seed in range(self.seeds)
+            for regime, config in self.regimes.items()
+            for estimator in self.estimators
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"regimes": {r: str(p) for r, p in self.regimes.items()}, "estimators": self.estimators,
+                "seeds": self.seeds, "overrides": self.overrides, "steps": self.steps,
+                "eval_limit": self.eval_limit, "eval": "sample" if self.eval_sample else "greedy"}
+
+
+def plan_arena(items: Sequence[str], overrides: Sequence[str], estimators: Sequence[str] | None,
+               seeds: int, out: str | Path, eval_limit: int | None = None,
+               keep_checkpoints: bool = False, eval_sample: bool = True) -> ArenaPlan:
+    """Check every regime x estimator config now (a bad one fails before any run) and plan."""
+    from trainer.estimators import available_estimators
+
+    regimes = regime_configs(items)
+    names = list(estimators) if estimators else available_estimators()
+    if BASELINE not in names:
+        names.insert(0, BASELINE)  # the paired baseline of every comparison
+    steps = {}
+    for regime, config in regimes.items():
+        for name in names:
+            cfg = load_config(config, [*overrides, f"algorithm.estimator={name}"])
+        steps[regime] = cfg.train.steps
+    return ArenaPlan(Path(out), regimes, names, seeds, list(overrides), steps, eval_limit, keep_checkpoints,
+                     eval_sample)
+
+
+def scheduler_commands(plan: ArenaPlan, argv_prefix: Sequence[str]) -> list[str]:
+    """One shell command per unfinished run, each running exactly that run (``--only LABEL``)."""
+    return [shlex.join([*argv_prefix, "--only", run.label]) for run in plan.runs() if not run.finished]
+
+
+def run_arena(plan: ArenaPlan, parallel: int, only: str | None = None,
+              log: Callable[[str], Any] = print) -> dict[str, Any]:
+    """Train and evaluate every unfinished run of ``plan`` (or only the run labelled ``only``)."""
+    plan.out.mkdir(parents=True, exist_ok=True)
+    (plan.out / "arena.json").write_text(json.dumps(plan.to_json(), indent=2))
+    runs = plan.runs()
+    save_every = lambda run: max(1, run.steps // 4)  # noqa: E731
+    t0 = time.perf_counter()
+    if only is not None:
+        chosen = [r for r in runs if r.label == only]
+        if not chosen:
+            raise ValueError(f"no run {only!r} in this arena; its runs are named like {runs[0].label}")
+        results = [run_one(chosen[0], save_every(chosen[0]), threads_per_run(1))]
+    else:
+        log(f"{len(runs)} runs ({len(plan.regimes)} regimes x {len(plan.estimators)} estimators x "
+            f"{plan.seeds} seeds) into {plan.out}, {parallel} at a time; "
+            f"{sum(r.finished for r in runs)} already finished")
+        results = run_all(runs, parallel, save_every, log=log)
+    return {"wall_seconds": time.perf_counter() - t0,
+            "runs_done": {s: sum(r["status"] == s for r in results)
+                          for s in ("trained", "resumed", "evaluated", "skipped")}}

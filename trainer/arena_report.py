@@ -1,0 +1,314 @@
+"""The arena's report: per regime, each estimator's rewards, held-out score, paired test against
+GRPO, tier and cost, from the run folders :mod:`trainer.arena` wrote.
+
+Measures (the same for every regime):
+
+- *final* value of a reward: the mean of its batch means over the last :data:`LAST` training
+  steps of a run; ``weighted`` is the weighted total the run trained on;
+- *held-out*: the evaluation of the final model on the regime's eval split (sampled, or greedy)
+  (``eval.json``): each reward's mean and the *score*, the mean over rewards of each reward's
+  mean in percent of its range (0 = every reward at its low end, 100 = every one at its high
+  end), so that every reward has an equal say whatever its scale;
+- each number is a mean over seeds with the half-width of its 95 % t-interval; an estimator is
+  compared with GRPO seed by seed (paired t-test) on the held-out score and on each reward's
+  final value, and the p-values are Holm-corrected over every test of the arena;
+- *tiers* rank estimators by held-out score: the best one left opens a tier, and every
+  estimator whose interval overlaps its interval joins it (indistinguishable at this number of
+  seeds);
+- *cost*: the mean training seconds per step of the runs, and the estimator's own time per
+  call on a batch of the regime's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainer.arena import BASELINE, ArenaPlan
+from trainer.paired_stats import holm, interval, paired_difference, tiers
+from trainer.pareto import non_dominated
+
+__all__ = ["LAST", "analyze", "estimator_seconds", "report_markdown", "versions", "write_report"]
+
+#: A run's final value of a reward is the mean of its last LAST steps' batch means.
+LAST = 5
+
+
+def _records(folder: Path) -> list[dict[str, Any]]:
+    path = folder / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _run_numbers(folder: Path, names: list[str], low: np.ndarray, high: np.ndarray) -> dict[str, Any] | None:
+    """One finished run's final values, held-out means and score, and seconds per step."""
+    records, eval_path = _records(folder), folder / "eval.json"
+    if not records or not eval_path.exists():
+        return None
+    last = records[-LAST:]
+    final = {n: statistics.fmean(r[f"reward/{n}/mean"] for r in last) for n in [*names, "weighted"]}
+    evaluation = json.loads(eval_path.read_text())
+    rows = np.array([[rec["reward_components"][n] for n in names] for rec in evaluation["records"]],
+                    dtype=np.float64)
+    held_out = dict(zip(names, np.nanmean(rows, axis=0).tolist()))
+    span = np.where(high > low, high - low, 1.0)
+    score = float(np.mean(100.0 * (np.array([held_out[n] for n in names]) - low) / span))
+    return {"final": final, "held_out": held_out, "score": score,
+            "held_out_total": evaluation.get("metrics", {}).get("total"),
+            "seconds_per_step": statistics.fmean(r["time/step"] for r in records),
+            "steps": len(records)}
+
+
+def _bounds(config: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The regime's reward names and ranges, from its env."""
+    import corrgrpo_envs
+    from trainer.config import load_config
+    from trainer.setup import env_kwargs
+
+    env = corrgrpo_envs.make(load_config(config).env["id"], **env_kwargs(load_config(config), "eval"))
+    try:
+        u = env.unwrapped
+        return list(u.reward_names), u.reward_space.low.astype(np.float64), u.reward_space.high.astype(np.float64)
+    finally:
+        env.close()
+
+
+def estimator_seconds(estimator: str, shape: tuple[int, int], group_size: int, repeats: int = 20) -> float:
+    """Median seconds of one ``compute_advantages`` call on random rewards of ``shape``."""
+    import torch
+
+    from trainer.estimators import compute_advantages
+
+    generator = torch.Generator().manual_seed(0)
+    rewards = torch.rand(shape, generator=generator, dtype=torch.float64)
+    groups = torch.arange(shape[0]) // group_size
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        compute_advantages(rewards, groups, estimator=estimator)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _mean_ci(values: list[float]) -> dict[str, Any]:
+    mean, half = interval(values)
+    return {"mean": mean, "ci95": half, "values": values}
+
+
+def analyze(plan: ArenaPlan) -> dict[str, Any]:
+    """Every number of the report, from the finished runs of ``plan``."""
+    from trainer.config import load_config
+
+    result: dict[str, Any] = {"regimes": {}}
+    tests: dict[str, float] = {}
+    for regime, config in plan.regimes.items():
+        names, low, high = _bounds(config)
+        cfg = load_config(config, plan.overrides)
+        shape = (cfg.algorithm.prompts_per_step * cfg.algorithm.group_size, len(names))
+        runs = {(e, s): n for e in plan.estimators for s in range(plan.seeds)
+                if (n := _run_numbers(plan.out / regime / e / f"s{s}", names, low, high)) is not None}
+        entry: dict[str, Any] = {"config": str(config), "rewards": names, "low": low.tolist(),
+                                 "high": high.tolist(), "goal": _goal(cfg), "estimators": {}}
+        for e in plan.estimators:
+            seeds = [s for s in range(plan.seeds) if (e, s) in runs]
+            if not seeds:
+                continue
+            mine = [runs[(e, s)] for s in seeds]
+            row: dict[str, Any] = {
+                "seeds": seeds,
+                "final": {n: _mean_ci([m["final"][n] for m in mine]) for n in [*names, "weighted"]},
+                "held_out": {n: _mean_ci([m["held_out"][n] for m in mine]) for n in names},
+                "score": _mean_ci([m["score"] for m in mine]),
+                "seconds_per_step": _mean_ci([m["seconds_per_step"] for m in mine]),
+                "estimator_seconds": estimator_seconds(e, shape, cfg.algorithm.group_size),
+                "vs_baseline": {},
+            }
+            paired = [s for s in seeds if (BASELINE, s) in runs]
+            if e != BASELINE and len(paired) >= 2:
+                measures = {"score": lambda m: m["score"]}
+                measures.update({f"final/{n}": (lambda m, n=n: m["final"][n]) for n in [*names, "weighted"]})
+                for key, get in measures.items():
+                    diff, half, p = paired_difference([get(runs[(e, s)]) for s in paired],
+                                                      [get(runs[(BASELINE, s)]) for s in paired])
+                    row["vs_baseline"][key] = {"diff": diff, "ci95": half, "p": p, "n": len(paired)}
+                    tests[f"{regime}|{e}|{key}"] = p
+            entry["estimators"][e] = row
+        scores = {e: (r["score"]["mean"], r["score"]["ci95"]) for e, r in entry["estimators"].items()}
+        for e, tier in tiers(scores).items():
+            entry["estimators"][e]["tier"] = tier
+        result["regimes"][regime] = entry
+    for key, p in holm(tests).items():
+        regime, e, measure = key.split("|")
+        result["regimes"][regime]["estimators"][e]["vs_baseline"][measure]["p_holm"] = p
+    result["num_tests"] = len(tests)
+    return result
+
+
+def _goal(cfg: Any) -> str:
+    """What a good estimator should do in the regime, when its env says (Regime-v0 does)."""
+    regime = cfg.env.get("regime")
+    if regime is None:
+        return ""
+    from corrgrpo_envs.toy.regimes import REGIMES
+
+    return REGIMES[regime].goal if regime in REGIMES else ""
+
+
+def versions() -> dict[str, str]:
+    """The versions and machine a report's numbers come from."""
+    import torch
+    import transformers
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(), "cpus": str(os.cpu_count()),
+            "commit": commit or "unknown"}
+
+
+def _cell(value: dict[str, Any], digits: int) -> str:
+    mean, half = value["mean"], value["ci95"]
+    return f"{mean:.{digits}f}" + ("" if half is None or not math.isfinite(half) else f" ± {half:.{digits}f}")
+
+
+def _digits(high: float) -> int:
+    return 1 if high >= 10 else 3
+
+
+def report_markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The report's tables as Markdown."""
+    lines = [f"# Arena: {len(result['regimes'])} regimes, {meta['estimators']} estimators, "
+             f"{meta['seeds']} seeds", "",
+             f"Command: `{meta['command']}`", "",
+             "Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), ""]
+    if meta.get("wall_seconds") is not None:
+        lines += [f"Training and evaluation wall time of this invocation: {meta['wall_seconds'] / 60:.1f} min", ""]
+    lines += [f"Final = mean of the last {LAST} training steps' batch means; held-out = "
+              f"evaluation on the eval split ({meta['plan'].get('eval', 'greedy')}, first "
+              f"{meta['plan'].get('eval_limit') or 'all'} tasks); score = mean over rewards of the held-out mean in % of "
+              "its range; ± = half-width of the 95 % t-interval over seeds; tier 1 = best by score and "
+              "every estimator whose interval overlaps it (indistinguishable). Paired differences to "
+              f"GRPO: same seed, two-sided paired t-test, p Holm-corrected over all {result['num_tests']} "
+              "tests of the arena.", ""]
+    for regime, entry in result["regimes"].items():
+        names, highs = entry["rewards"], entry["high"]
+        lines += [f"## {regime}", ""]
+        if entry["goal"]:
+            lines += [f"A good estimator should {entry['goal']}.", ""]
+        lines += [f"Config: `{entry['config']}`; rewards: "
+                  + ", ".join(f"`{n}` [{lo:g}, {hi:g}]" for n, lo, hi in zip(names, entry["low"], highs)), ""]
+        order = sorted(entry["estimators"], key=lambda e: (entry["estimators"][e]["tier"],
+                                                           -entry["estimators"][e]["score"]["mean"]))
+        head = ["tier", "estimator", "held-out score (%)", *[f"{n} (final)" for n in names], "weighted (final)",
+                *[f"{n} (held-out)" for n in names]]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for e in order:
+            row = entry["estimators"][e]
+            cells = [str(row["tier"]), e, _cell(row["score"], 1),
+                     *[_cell(row["final"][n], _digits(h)) for n, h in zip(names, highs)],
+                     _cell(row["final"]["weighted"], _digits(sum(highs))),
+                     *[_cell(row["held_out"][n], _digits(h)) for n, h in zip(names, highs)]]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += ["", f"Paired difference to {BASELINE} (mean [95 % interval], Holm-corrected p):", ""]
+        head = ["estimator", "held-out score", *[f"{n} (final)" for n in names]]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for e in order:
+            versus = entry["estimators"][e]["vs_baseline"]
+            if not versus:
+                continue
+            cells = [e] + [_versus(versus[k], 1 if k == "score" else _digits(h))
+                           for k, h in [("score", 100.0), *[(f"final/{n}", h) for n, h in zip(names, highs)]]]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += ["", "Cost: training seconds per step (mean over runs) and the estimator's own time per call:", "",
+                  "| estimator | s/step | estimator (ms/call) |", "|---|---|---|"]
+        for e in order:
+            row = entry["estimators"][e]
+            lines.append(f"| {e} | {_cell(row['seconds_per_step'], 2)} | {row['estimator_seconds'] * 1e3:.3f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _versus(v: dict[str, Any], digits: int) -> str:
+    half = v["ci95"]
+    p = v.get("p_holm", v["p"])
+    p_text = "n/a" if p is None or not math.isfinite(p) else ("<0.001" if p < 0.001 else f"{p:.3f}")
+    spread = "" if half is None or not math.isfinite(half) else f" [±{half:.{digits}f}]"
+    return f"{v['diff']:+.{digits}f}{spread}, p={p_text}"
+
+
+def plot_pareto(result: dict[str, Any], out: Path) -> Path:
+    """One panel per regime: each estimator's held-out rewards in % of range, 95 % intervals.
+
+    Two rewards: one against the other. More: the first reward against the mean of the others.
+    Filled markers are non-dominated among the estimators.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    regimes = list(result["regimes"])
+    cols = min(3, len(regimes))
+    rows = -(-len(regimes) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.0 * cols, 4.4 * rows), squeeze=False)
+    for ax in axes.ravel()[len(regimes):]:
+        ax.set_visible(False)
+    for ax, regime in zip(axes.ravel(), regimes):
+        entry = result["regimes"][regime]
+        names, low, high = entry["rewards"], np.array(entry["low"]), np.array(entry["high"])
+        span = np.where(high > low, high - low, 1.0)
+        estimators = list(entry["estimators"])
+        points = []
+        for e in estimators:
+            per_seed = np.array([entry["estimators"][e]["held_out"][n]["values"] for n in names]).T
+            pct = 100.0 * (per_seed - low) / span
+            xs = pct[:, 0]
+            ys = pct[:, 1] if len(names) == 2 else pct[:, 1:].mean(axis=1)
+            points.append((interval(xs.tolist()), interval(ys.tolist())))
+        means = np.array([[x[0], y[0]] for x, y in points])
+        keep = non_dominated(means)
+        for i, (e, ((x, xh), (y, yh))) in enumerate(zip(estimators, points)):
+            color = f"C{i % 10}"
+            ax.errorbar(x, y, xerr=xh or 0, yerr=yh or 0, fmt="o" if i < 10 else "s", color=color,
+                        capsize=2, mfc=color if keep[i] else "white", label=e)
+        ax.set_xlabel(f"{names[0]} (held-out, % of range)")
+        ax.set_ylabel(f"{names[1]} (held-out, % of range)" if len(names) == 2
+                      else f"mean of {', '.join(names[1:])} (% of range)", fontsize=8)
+        ax.set_title(regime)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=6, ncol=2, title="filled: non-dominated", title_fontsize=6)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def write_report(plan: ArenaPlan, command: str, wall_seconds: float | None = None) -> dict[str, Any]:
+    """``results.json``, ``report.md`` and ``pareto.png`` in the arena folder; returns the results."""
+    result = analyze(plan)
+    meta = {"command": command, "estimators": len(plan.estimators), "seeds": plan.seeds,
+            "versions": versions(), "wall_seconds": wall_seconds, "plan": plan.to_json(),
+            "run_commands": {r.label: ["corrgrpo", "train", r.config, *r.overrides, f"train.seed={r.seed}"]
+                             for r in plan.runs()}}
+    result["meta"] = meta
+    (plan.out / "results.json").write_text(json.dumps(result, indent=1))
+    (plan.out / "report.md").write_text(report_markdown(result, meta))
+    if any(entry["estimators"] for entry in result["regimes"].values()):
+        plot_pareto({"regimes": {r: e for r, e in result["regimes"].items() if e["estimators"]}},
+                    plan.out / "pareto.png")
+    return result
