@@ -123,7 +123,8 @@ def test_the_configuration_page_lists_every_env_setting_but_the_trainers():
 
     page = reference_pages.config_markdown()
     settings = env_settings()
-    assert set(settings) == {"corrgrpo/AgentDojo-v0", "corrgrpo/Code-v0", "corrgrpo/ScaleDominance-v0",
+    assert set(settings) == {"corrgrpo/AgentDojo-v0", "corrgrpo/Code-v0", "corrgrpo/Regime-v0",
+                             "corrgrpo/ScaleDominance-v0",
                              "corrgrpo/ToolCall-v0", "openenv://HOST:PORT"}
     for env_id, entries in settings.items():
         section = page.split(f"### `{env_id}`\n", 1)[1].split("\n### ", 1)[0]
