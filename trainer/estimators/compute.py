@@ -55,6 +55,7 @@ def compute_advantages(
     group_ids: Any,
     estimator: str = "corrgrpo",
     weights: Any = None,
+    token_counts: Any = None,
     **options: Any,
 ) -> AdvantageResult:
     """Compute per-response advantages from vector rewards.
@@ -67,6 +68,9 @@ def compute_advantages(
             ``saw``, ``gd2po`` ... or a registered one) or an entry point
             ``package.module:function``.
         weights: ``[K]`` finite reward weights, default ones.
+        token_counts: ``[N]`` trained tokens of each response, or None. Estimators whose
+            authors weigh batch means by tokens (verl's ``masked_whiten``: ``saw``, ``gd2po``)
+            read them; without them every response counts once.
         **options: the estimator's options (e.g. ``scale`` for grpo, ``eps``,
             ``min_denominator`` for corrgrpo).
 
@@ -86,7 +90,7 @@ def compute_advantages(
             f"unknown option(s) {', '.join(unknown)} for estimator {estimator!r}; "
             f"accepted: {', '.join(allowed) if allowed else 'none'}"
         )
-    groups = group_rewards(rewards, group_ids, weights)
+    groups = group_rewards(rewards, group_ids, weights, token_counts)
     decomposition = None
     if is_decomposed(fn):
         decomposition = as_decomposition(fn.attribution(groups, **options))  # type: ignore[attr-defined]
