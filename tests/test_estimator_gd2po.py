@@ -212,3 +212,42 @@ def test_snr_keeps_a_conflicted_response_with_a_strong_net_signal():
 def test_bad_options_raise(options, match):
     with pytest.raises(ValueError, match=match):
         compute_advantages(np.ones((4, 2)), [0, 0, 1, 1], "gd2po", **options)
+
+
+def test_the_trainer_applies_the_keep_weight_and_logs_the_ratios(tmp_path, monkeypatch):
+    from trainer.config import config_from_dict
+    from trainer.trainer import Trainer
+
+    trainer = Trainer(config_from_dict({
+        "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 8},
+        "model": {"name_or_path": "tiny"},
+        "algorithm": {"estimator": "gd2po", "estimator_options": {"keep_weight": "loss"},
+                      "group_size": 4, "prompts_per_step": 2},
+        "rollout": {"max_new_tokens": 8, "torch_threads": 1},
+        "optim": {"lr": 1e-2, "max_grad_norm": 0.0},
+        "train": {"steps": 1, "seed": 1, "split": "all", "progress": False, "tensorboard": False,
+                  "save_final": False, "log_samples": 0, "output_dir": str(tmp_path / "run")},
+    }))
+    seen = {}
+    update = trainer.updater.update
+
+    def spy(packed, advantages, **kw):
+        seen["lengths"] = packed.loss_mask.sum(dim=1)
+        seen.update(kw)
+        return update(packed, advantages, **kw)
+
+    def spy_advantages(*args, token_counts=None, **kw):
+        seen["token_counts"] = token_counts
+        return compute_advantages(*args, token_counts=token_counts, **kw)
+
+    monkeypatch.setattr(trainer.updater, "update", spy)
+    monkeypatch.setattr("trainer.trainer.compute_advantages", spy_advantages)
+    record = trainer.train_step(0)
+    trainer.venv.close()
+    weights = seen["sequence_weights"]
+    assert weights is not None and weights.shape == (8,)
+    assert float(weights.mean()) == pytest.approx(record["estimator/group_keep_ratio_mean"], rel=1e-6)
+    assert 0.0 <= record["estimator/conflict_ratio"] <= 1.0
+    assert record["estimator/keep_ratio"] + record["estimator/conflict_ratio"] >= 1.0 - 1e-12  # hard
+    # the advantages were computed with the trained tokens of each episode
+    torch.testing.assert_close(seen["token_counts"], seen["lengths"].double())
