@@ -26,6 +26,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.verl_reference import (
     Batch,
@@ -33,6 +35,7 @@ from tests.verl_reference import (
     grpo_outcome,
     masked_whiten,
     per_response,
+    random_batch,
     token_matrix,
 )
 from trainer.estimators import compute_advantages
@@ -251,3 +254,20 @@ def test_the_trainer_applies_the_keep_weight_and_logs_the_ratios(tmp_path, monke
     assert record["estimator/keep_ratio"] + record["estimator/conflict_ratio"] >= 1.0 - 1e-12  # hard
     # the advantages were computed with the trained tokens of each episode
     torch.testing.assert_close(seen["token_counts"], seen["lengths"].double())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 100_000), st.booleans(), st.sampled_from(CASES))
+def test_gd2po_equals_the_authors_code_on_random_batches(seed, with_lengths, case):
+    batch = random_batch(seed, with_lengths)
+    variant, tau = case
+    want = gd2po_reference(batch, variant, tau, batch.lengths)
+    result = _gd2po(batch, True, variant=variant, tau=tau)
+    if want["advantages"] is None:
+        assert (result.advantages == 0).all()
+    else:
+        _assert_equal(result, want["advantages"])
+    port, weight = dara_reference(batch, batch.lengths)
+    result = _gd2po(batch, True, keep_weight="loss")
+    _assert_equal(result, port)
+    np.testing.assert_allclose(result.loss_weight.numpy(), weight, rtol=1e-7)

@@ -18,6 +18,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.verl_reference import (
     Batch,
@@ -25,6 +27,7 @@ from tests.verl_reference import (
     grpo_outcome,
     masked_whiten,
     per_response,
+    random_batch,
     token_matrix,
 )
 from trainer.estimators import compute_advantages
@@ -162,3 +165,13 @@ def test_nan_rewards_are_left_out_of_the_cv():
 def test_bad_options_raise(options, match):
     with pytest.raises(ValueError, match=match):
         compute_advantages(np.ones((4, 2)), [0, 0, 1, 1], "saw", **options)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 100_000), st.booleans(), st.sampled_from(["gdpo", "grpo"]))
+def test_saw_equals_the_authors_code_on_random_batches(seed, with_lengths, base):
+    batch = random_batch(seed, with_lengths)
+    if len(batch.index) < 2:  # the authors' CV needs two responses (torch.std of one is NaN)
+        return
+    want = saw_reference(batch, base, lengths=batch.lengths)
+    _assert_equal(_saw(batch, True, base=base), want)

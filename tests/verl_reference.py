@@ -113,3 +113,16 @@ def batches() -> list[Batch]:
     ids = np.repeat(np.array([17, 3, 42, 8, 5, 11]), 4)[order]
     add("unsorted_ids", rng.integers(0, 4, size=(24, 2)).astype(np.float64) * [1.0, 0.25], ids)
     return out
+
+
+def random_batch(seed: int, with_lengths: bool) -> Batch:
+    """A random batch of small integer rewards (many ties), groups of 1 to 5 members in random
+    order, weights among -1, 0, 0.5 and 2, and 1 to 6 tokens per response (or 1 each)."""
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 4))
+    sizes = rng.integers(1, 6, size=int(rng.integers(1, 7)))
+    index = rng.permutation(np.repeat(rng.choice(1000, size=len(sizes), replace=False), sizes))
+    rewards = rng.integers(-2, 3, size=(len(index), k)).astype(np.float64) * rng.choice([0.5, 1.0, 7.0], k)
+    weights = rng.choice([-1.0, 0.0, 0.5, 2.0], size=k)
+    lengths = rng.integers(1, 7, size=len(index)).astype(np.float64) if with_lengths else np.ones(len(index))
+    return Batch(f"random_{seed}", rewards, index, weights, lengths)
