@@ -39,7 +39,8 @@ class AdvantageResult:
 
     @property
     def loss_weight(self) -> torch.Tensor | None:
-        """``[N]`` float32 factor on each response's loss term (None: 1 for every response)."""
+        """``[N]`` float32 factor on each response's policy-gradient term, for ``LossInputs.sequence_weights``
+        (None: 1 for every response)."""
         weight = None if self.decomposition is None else self.decomposition.loss_weight
         return None if weight is None else weight.to(torch.float32)
 
