@@ -10,8 +10,10 @@ A loss is a function of one :class:`LossInputs` that returns one :class:`LossOut
 ``[B, T]`` (``mask`` is 1 on the tokens being trained: the completion tokens the policy
 generated, or SFT's assistant tokens; 0 on prompt, tool-result and padding tokens;
 ``token_weights`` are constant per-token factors of the policy term, e.g. truncated importance
-weights against the sampler), ``advantages`` of shape ``[B]``, the batch denominators and the
-loss's ``options`` (a :class:`LossConfig`). ``corrgrpo train`` fills them all; ``corrgrpo sft``
+weights against the sampler), ``advantages`` and ``sequence_weights`` of shape ``[B]`` (the
+latter a constant factor of each sequence's policy term, e.g. GD²PO's per-prompt keep weight
+from the estimator's ``loss_weight``), the batch denominators and the loss's ``options`` (a
+:class:`LossConfig`). ``corrgrpo train`` fills them all; ``corrgrpo sft``
 has no rewards and no proximal policy, so its inputs leave ``advantages`` and ``old_logp``
 None, and a policy-gradient loss given such inputs raises ValueError. The inputs are checked
 when they are built, so every loss, a user's too, sees well-formed tensors.
@@ -37,6 +39,14 @@ keep their weights, maxima) so that they combine exactly over micro-batches and 
 
 The optional KL penalty (k3 estimator against a frozen reference, weight ``kl_beta``) is added
 to each token's term before aggregation, so it is aggregated like the policy term.
+
+A sequence weight multiplies that sequence's per-token policy terms only: not its KL term, and
+not the denominators (a sequence of weight 0 still counts in them). That is how the public
+GD²PO code applies its keep weight: Qwen-Applications/GD2PO multiplies the advantage by it
+(a factor >= 0 of the advantage is one of every loss's policy term), and DARA's port multiplies
+the clipped per-token loss by it before verl's ``masked_mean`` over the unchanged mask, with the
+KL loss unweighted. So the loss with weights equals the loss with each advantage multiplied by
+its weight, for every loss here.
 
 A loss is looked up by registered name or as an entry point ``package.module:function``.
 """
@@ -162,6 +172,11 @@ class LossInputs:
     against the sampler when ``algorithm.tis_cap`` is set), or None. A loss multiplies its
     policy term by them; a loss that ignores them ignores ``tis_cap``."""
 
+    sequence_weights: torch.Tensor | None = None
+    """``[B]`` constant factors (finite, >= 0) of each sequence's policy term (the estimator's
+    ``loss_weight``, e.g. GD²PO's keep weight), or None (1 for every sequence). Neither the KL
+    term nor the denominators change; ``sft`` ignores them."""
+
     seq_denominator: float | None = None
     """Number of sequences of the whole (mini-)batch this micro-batch belongs to."""
 
@@ -183,6 +198,12 @@ class LossInputs:
         advantages = self.advantages
         if advantages is not None and advantages.shape != shape[:1]:
             raise ValueError(f"advantages must have shape [{shape[0]}], got {tuple(advantages.shape)}")
+        weights = self.sequence_weights
+        if weights is not None:
+            if weights.shape != shape[:1]:
+                raise ValueError(f"sequence_weights must have shape [{shape[0]}], got {tuple(weights.shape)}")
+            if not (torch.isfinite(weights.detach()).all() and (weights.detach() >= 0).all()):
+                raise ValueError("sequence_weights must be finite and >= 0")
         mask = self.mask
         keep = mask.bool()
         if mask.dtype != torch.bool and not torch.equal(mask, keep.to(mask.dtype)):
@@ -311,6 +332,7 @@ class _Batch:
     advantages: torch.Tensor  # [B, 1], broadcasts over tokens
     mask: torch.Tensor  # float {0, 1}
     token_weights: torch.Tensor | None
+    sequence_weights: torch.Tensor | None  # [B, 1]
     seq_denominator: float
     token_denominator: float
 
@@ -343,6 +365,8 @@ def _prepare(inputs: LossInputs) -> _Batch:
         advantages=inputs.advantages.detach().to(dtype).masked_fill(~has_tokens, 0.0).unsqueeze(-1),
         mask=keep.to(dtype),
         token_weights=None if token_weights is None else clean(token_weights.detach()),
+        sequence_weights=None if inputs.sequence_weights is None
+        else inputs.sequence_weights.detach().to(dtype).unsqueeze(-1),
         seq_denominator=float(inputs.seq_denominator),
         token_denominator=float(inputs.token_denominator),
     )
@@ -373,9 +397,12 @@ def _ppo_clip_terms(
 
 
 def _policy_and_kl(policy_term: torch.Tensor, b: _Batch, cfg: LossConfig) -> torch.Tensor:
-    """Per-token loss: the policy term (times the token weights, if any) plus the KL term."""
+    """Per-token loss: the policy term (times the token and sequence weights, if any) plus the
+    KL term."""
     if b.token_weights is not None:
         policy_term = policy_term * b.token_weights
+    if b.sequence_weights is not None:
+        policy_term = policy_term * b.sequence_weights
     if b.ref_logp is None or cfg.kl_beta == 0:
         return policy_term
     return policy_term + cfg.kl_beta * k3_kl(b.logp, b.ref_logp)

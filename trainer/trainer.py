@@ -10,9 +10,9 @@ Read top to bottom, one step (:meth:`Trainer.train_step`) is:
    played, so dynamic sampling and the advantages see the gated vectors;
 2. shape rewards: optional DAPO overlong component; the reward weights in force at this
    step (constants or schedules, ``algorithm.reward_weights``);
-3. advantages: every process's reward vectors gathered, ``compute_advantages`` on the
-   WHOLE batch (so they do not depend on the number of processes), this process's
-   slice kept;
+3. advantages: every process's reward vectors (and trained-token counts) gathered,
+   ``compute_advantages`` on the WHOLE batch (so they do not depend on the number of
+   processes), this process's slice of the advantages and of the estimator's loss weight kept;
 4. update: ``trainer.update.PolicyUpdater`` (whole-batch denominators and metrics),
    then the engine follows the new weights;
 5. log: reward diagnostics, time split, losses; checkpoint; a warning line when every
@@ -56,7 +56,7 @@ from trainer.threads import apply_threads
 from trainer.update import PolicyUpdater
 from trainer.zero_rewards import ZeroRewardWatch
 
-__all__ = ["Trainer", "train"]
+__all__ = ["Trainer", "estimator_metrics", "train"]
 
 
 class Trainer:
@@ -179,10 +179,12 @@ class Trainer:
         return gather_object([local]) if self.world > 1 else [local]
 
     def _advantages(
-        self, rewards: np.ndarray, group_ids: np.ndarray
-    ) -> tuple[torch.Tensor, AdvantageResult, np.ndarray]:
-        """This process's advantages, the whole-batch result and the whole batch's rewards."""
-        parts = self._gather((rewards, group_ids))
+        self, rewards: np.ndarray, batch: RolloutBatch
+    ) -> tuple[torch.Tensor, torch.Tensor | None, AdvantageResult, np.ndarray]:
+        """This process's advantages and loss weights (None: 1 each), the whole-batch result and
+        the whole batch's rewards."""
+        tokens = np.array([e.completion_length for e in batch.episodes], dtype=np.float64)
+        parts = self._gather((rewards, batch.group_ids, tokens))
         all_rewards = np.concatenate([p[0] for p in parts])
         offset = sum(len(p[0]) for p in parts[: self.rank])
         result = compute_advantages(
@@ -190,9 +192,12 @@ class Trainer:
             torch.from_numpy(np.concatenate([p[1] for p in parts])),
             estimator=self.cfg.algorithm.estimator,
             weights=torch.from_numpy(self.weights),
+            token_counts=torch.from_numpy(np.concatenate([p[2] for p in parts])),
             **self.cfg.algorithm.estimator_options,
         )
-        return result.advantages[offset : offset + len(rewards)], result, all_rewards
+        mine = slice(offset, offset + len(rewards))
+        loss_weight = result.loss_weight
+        return result.advantages[mine], None if loss_weight is None else loss_weight[mine], result, all_rewards
 
     # -------------------------------------------------------------------- loop
     def train(self) -> Path:
@@ -215,12 +220,13 @@ class Trainer:
         t1 = time.perf_counter()
         self.weights = self.reward_weights.at(step)
         rewards = self._shape_rewards(batch)
-        advantages, result, all_rewards = self._advantages(rewards, batch.group_ids)
+        advantages, loss_weight, result, all_rewards = self._advantages(rewards, batch)
         self.last_advantages = result.advantages
         t2 = time.perf_counter()
         packed = pack_episodes(batch.episodes, self.pad_id, self.accelerator.device)
         update_metrics = self.updater.update(
-            packed, advantages, any_signal=bool(result.advantages.abs().max() > 0), step=step
+            packed, advantages, any_signal=bool(result.advantages.abs().max() > 0), step=step,
+            sequence_weights=loss_weight,
         )
         if self.overlap is None:
             self.engine.sync_weights(self.unwrapped)
@@ -258,6 +264,7 @@ class Trainer:
         attribution = attribute(result.groups, a.estimator, a.estimator_options, result.advantages,
                                 result.decomposition)
         record.update(attribution_metrics(attribution, self.reward_names))
+        record.update(estimator_metrics(result.metrics, self.reward_names))
         for name, weight in zip(self.reward_names, self.weights):
             record[f"reward_weight/{name}"] = float(weight)
         if self.gates:
@@ -287,6 +294,18 @@ class Trainer:
             self.overlap.save(path, self.rank)
             self.accelerator.wait_for_everyone()
         return path
+
+
+def estimator_metrics(metrics: dict[str, float], names: list[str]) -> dict[str, float]:
+    """The estimator's own diagnostics under ``estimator/``; a key ending in ``/<k>`` (component k's
+    position) ends in the component's name instead (``weight/1`` -> ``estimator/weight/format``)."""
+    out = {}
+    for key, value in metrics.items():
+        head, _, tail = key.rpartition("/")
+        if head and tail.isdigit() and int(tail) < len(names):
+            key = f"{head}/{names[int(tail)]}"
+        out[f"estimator/{key}"] = value
+    return out
 
 
 def train(cfg: Config) -> Path:

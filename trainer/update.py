@@ -211,17 +211,20 @@ class PolicyUpdater:
 
     # ------------------------------------------------------------------- update
     def update(
-        self, packed: PackedBatch, advantages: torch.Tensor, *, any_signal: bool, step: int
+        self, packed: PackedBatch, advantages: torch.Tensor, *, any_signal: bool, step: int,
+        sequence_weights: torch.Tensor | None = None,
     ) -> dict[str, float]:
         """Run the update on this process's rows; returns the step's reduced metrics.
 
         ``advantages``: ``[B]`` of this process's rows; ``any_signal``: some advantage of the
         WHOLE batch (all processes) is non-zero (without it and without a KL term the
-        gradient is exactly 0 and the passes are skipped).
+        gradient is exactly 0 and the passes are skipped); ``sequence_weights``: ``[B]`` the
+        estimator's loss weight of these rows (``LossInputs.sequence_weights``), or None.
         """
         acc, o = self.accelerator, self.optim
         device = acc.device
         adv = advantages.to(device=device, dtype=torch.float32)
+        seq_w = None if sequence_weights is None else sequence_weights.to(device=device, dtype=torch.float32)
         n = len(packed)
         total = int(self._global(n))
         num_mini = max(1, math.ceil(total / (o.mini_batch_size or total)))
@@ -250,8 +253,8 @@ class PolicyUpdater:
                 seq_den = self._global(len(mb)) / world
                 tok_den = max(self._global(packed.loss_mask[mb.to(device)].sum()), 1.0) / world
                 chunks = _chunks(mb, micro)
-                inputs_for = self._rollout_inputs([c.to(device) for c in chunks], adv, old_logp, ref_logp,
-                                                  seq_den, tok_den, metrics, epoch == 0)
+                inputs_for = self._rollout_inputs([c.to(device) for c in chunks], adv, seq_w, old_logp,
+                                                  ref_logp, seq_den, tok_den, metrics, epoch == 0)
                 self._accumulate([packed.index(c) for c in chunks], inputs_for, metrics,
                                  with_entropy=epoch == 0)
                 self._optimizer_step(metrics)
@@ -261,6 +264,7 @@ class PolicyUpdater:
         self,
         rows: list[torch.Tensor],
         adv: torch.Tensor,
+        seq_w: torch.Tensor | None,
         old_logp: torch.Tensor | None,
         ref_logp: torch.Tensor | None,
         seq_den: float,
@@ -269,8 +273,8 @@ class PolicyUpdater:
         first_epoch: bool,
     ) -> InputsFor:
         """The loss inputs of the micro-batches of ``rows`` (each micro-batch's row indices):
-        advantages, old and reference log-probabilities, TIS weights, whole-mini-batch
-        denominators."""
+        advantages, sequence weights, old and reference log-probabilities, TIS weights,
+        whole-mini-batch denominators."""
 
         def inputs_for(j: int, sub: PackedBatch, logp: torch.Tensor) -> LossInputs:
             width = sub.loss_mask.shape[1]
@@ -280,6 +284,7 @@ class PolicyUpdater:
             return LossInputs(
                 logp=logp, old_logp=old, advantages=adv[rows[j]], mask=sub.loss_mask,
                 options=self.loss_cfg, ref_logp=ref, token_weights=weights,
+                sequence_weights=None if seq_w is None else seq_w[rows[j]],
                 seq_denominator=seq_den, token_denominator=tok_den,
             )
 

@@ -39,7 +39,8 @@ class AdvantageResult:
 
     @property
     def loss_weight(self) -> torch.Tensor | None:
-        """``[N]`` float32 factor on each response's loss term (None: 1 for every response)."""
+        """``[N]`` float32 factor on each response's policy-gradient term, for ``LossInputs.sequence_weights``
+        (None: 1 for every response)."""
         weight = None if self.decomposition is None else self.decomposition.loss_weight
         return None if weight is None else weight.to(torch.float32)
 
@@ -55,6 +56,7 @@ def compute_advantages(
     group_ids: Any,
     estimator: str = "corrgrpo",
     weights: Any = None,
+    token_counts: Any = None,
     **options: Any,
 ) -> AdvantageResult:
     """Compute per-response advantages from vector rewards.
@@ -67,6 +69,9 @@ def compute_advantages(
             ``saw``, ``gd2po`` ... or a registered one) or an entry point
             ``package.module:function``.
         weights: ``[K]`` finite reward weights, default ones.
+        token_counts: ``[N]`` trained tokens of each response, or None. Estimators whose
+            authors weigh batch means by tokens (verl's ``masked_whiten``: ``saw``, ``gd2po``)
+            read them; without them every response counts once.
         **options: the estimator's options (e.g. ``scale`` for grpo, ``eps``,
             ``min_denominator`` for corrgrpo).
 
@@ -86,7 +91,7 @@ def compute_advantages(
             f"unknown option(s) {', '.join(unknown)} for estimator {estimator!r}; "
             f"accepted: {', '.join(allowed) if allowed else 'none'}"
         )
-    groups = group_rewards(rewards, group_ids, weights)
+    groups = group_rewards(rewards, group_ids, weights, token_counts)
     decomposition = None
     if is_decomposed(fn):
         decomposition = as_decomposition(fn.attribution(groups, **options))  # type: ignore[attr-defined]

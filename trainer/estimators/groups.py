@@ -64,6 +64,9 @@ class RewardGroups:
         corr_active: ``[G, K]`` bool, the component varies beyond CorrGRPO's tolerance
             (:data:`ACTIVITY_RTOL`, judged on the centred values); the correlation
             statistics use only these.
+        token_counts: ``[N]`` float64, the number of trained tokens of each response, for
+            estimators whose batch means weigh a response by its tokens (as verl's
+            ``masked_whiten`` does); None when the caller does not know them.
     """
 
     index: torch.Tensor
@@ -79,6 +82,7 @@ class RewardGroups:
     std: torch.Tensor
     active: torch.Tensor
     corr_active: torch.Tensor
+    token_counts: torch.Tensor | None = None
 
     @property
     def num_groups(self) -> int:
@@ -218,18 +222,22 @@ def _group_index(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return keys, index, sizes
 
 
-def group_rewards(rewards: Any, group_ids: Any, weights: Any = None) -> RewardGroups:
+def group_rewards(
+    rewards: Any, group_ids: Any, weights: Any = None, token_counts: Any = None
+) -> RewardGroups:
     """Validate a batch and compute its group statistics (vectorised, float64).
 
     Args:
         rewards: ``[N, K]`` float, NaN = not applicable. Tensor, numpy array or nested lists.
         group_ids: ``[N]`` integer group id of each response, any order.
         weights: ``[K]`` finite reward weights, default ones.
+        token_counts: ``[N]`` finite numbers >= 0 of trained tokens per response, or None.
 
     Returns:
         The :class:`RewardGroups` every estimator reads.
     """
     r, g, w = _validate(rewards, group_ids, weights)
+    tokens = None if token_counts is None else _validate_token_counts(token_counts, r)
     n, k = r.shape
     group_keys, index, sizes = _group_index(g)
     num_groups = group_keys.shape[0]
@@ -272,7 +280,22 @@ def group_rewards(rewards: Any, group_ids: Any, weights: Any = None) -> RewardGr
         std=(squares[:, k:] / dof[:, None]).sqrt(),
         active=active,
         corr_active=corr_active,
+        token_counts=tokens,
     )
+
+
+def _validate_token_counts(token_counts: Any, r: torch.Tensor) -> torch.Tensor:
+    """``token_counts`` as ``[N]`` float64 on the rewards' device; ValueError naming the problem."""
+    t = _as_tensor(token_counts, "token_counts")
+    if t.dtype == torch.bool or t.is_complex():
+        raise ValueError(f"token_counts must be real numbers, got dtype {t.dtype}")
+    n = r.shape[0]
+    if t.dim() != 1 or t.shape[0] != n:
+        raise ValueError(f"token_counts must have shape [N] = [{n}] to match rewards, got {tuple(t.shape)}")
+    t = t.to(device=r.device, dtype=torch.float64)
+    if not (torch.isfinite(t).all() and (t >= 0).all()):
+        raise ValueError("token_counts must be finite and >= 0")
+    return t
 
 
 def _correlation_sum(cov: torch.Tensor, active: torch.Tensor) -> torch.Tensor:

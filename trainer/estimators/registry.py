@@ -55,10 +55,12 @@ class Decomposition(NamedTuple):
             rewards are multiplied by: ``[G]``, or ``[G, K]`` for an estimator that weighs
             each component on its own (NaN where a component is constant); batch-level
             centring is not a factor and is left out. None when the estimator does not say.
-        loss_weight: ``[N]`` a factor on each response's loss term (GD²PO's per-prompt keep
-            weight), applied by every loss; None means 1 for every response.
+        loss_weight: ``[N]`` a factor (finite, >= 0) on each response's policy-gradient term
+            (DARA's port of GD²PO puts the per-prompt keep weight there), applied by every loss
+            (``LossInputs.sequence_weights``); None means 1 for every response.
         metrics: the estimator's own diagnostics of the batch (plain floats by name, e.g.
-            ``conflict_ratio``), logged under ``corrgrpo/estimator/<name>``.
+            ``conflict_ratio``), logged under ``estimator/<name>``; a name ending in ``/<k>``
+            is about component k and is logged with the component's name instead of k.
     """
 
     parts: torch.Tensor
