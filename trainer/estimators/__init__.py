@@ -25,7 +25,15 @@ and the trainer import it, never the other way round.
 from __future__ import annotations
 
 # the estimator families register themselves on import: keep every one listed here
-from trainer.estimators import corrgrpo, gdpo, grpo  # noqa: F401
+from trainer.estimators import (  # noqa: F401
+    corrgrpo,
+    dara,
+    dvao,
+    gdpo,
+    grpo,
+    rdpo,
+    rvpo,
+)
 from trainer.estimators.compute import AdvantageResult, check_estimator, compute_advantages
 from trainer.estimators.corrgrpo import corrgrpo_advantages, gdpo_corr_advantages
 from trainer.estimators.diagnostics import NEAR_CANCELLING_S_CORR, AdvantageStats, diagnose
