@@ -23,7 +23,8 @@ docs/advantages.md:
    its reward (so the parts stay per reward). ``Sigma`` is pooled over the groups with the same
    active subspace (``covariance='pooled'``: a group of a few responses cannot estimate a K x K
    covariance; ``'group'``: each group's own). Directions of (relative) variance below ``rtol``
-   are left out, so duplicated rewards count once; ``ridge`` is added to the eigenvalues.
+   are left out, so a duplicated reward adds no direction of its own (two copies weigh sqrt 2,
+   not 2 as in GDPO); ``ridge`` is added to the eigenvalues.
 3. ``A_i = sum_k w_k y_ik``, then standardised over the batch as GDPO does
    (``normalise='responses'``, ``(A - mean) / (std + eps)``), or not (``'none'``).
 """
@@ -185,6 +186,8 @@ def whitened(
     inverse_root = torch.where(keep, (values.clamp(min=0.0) + ridge).rsqrt(), 0.0)
     whitening = vectors @ torch.diag_embed(inverse_root) @ vectors.transpose(1, 2)
     y = torch.einsum("ik,ikl->il", scores, whitening.index_select(0, row_pattern))
+    # eigh mixes round-off into the rewards outside the subspace: they are exactly 0 there
+    y = y * groups.per_response(active.to(y.dtype))
     sizes = active.sum(dim=1)  # [G]
     used = torch.zeros(count, dtype=torch.bool, device=scores.device)
     used[pattern[sizes > 0]] = True
