@@ -41,11 +41,16 @@ def check_normalisation(normalise: str, estimator: str) -> str:
     return normalise
 
 
-def check_token_counts(token_counts: Any, n: int, estimator: str) -> torch.Tensor | None:
-    """``[N]`` float64 token counts of the responses, or None; ValueError unless finite and > 0."""
+def check_token_counts(
+    token_counts: Any, n: int, estimator: str, device: torch.device | None = None
+) -> torch.Tensor | None:
+    """``[N]`` float64 token counts of the responses on ``device``, or None; ValueError unless finite and > 0."""
     if token_counts is None:
         return None
-    counts = torch.as_tensor(np.asarray(token_counts, dtype=np.float64))
+    if isinstance(token_counts, torch.Tensor):
+        counts = token_counts.detach().to(device=device, dtype=torch.float64)
+    else:
+        counts = torch.as_tensor(np.asarray(token_counts, dtype=np.float64), device=device)
     if counts.shape != (n,):
         raise ValueError(
             f"{estimator} option token_counts must have shape [N] = [{n}], got {tuple(counts.shape)}"

@@ -86,7 +86,7 @@ def dara_advantages(
         raise ValueError(f"dara option w_max must be a finite number >= 1, got {w_max!r}")
     check_normalisation(normalise, "dara")
     check_singleton(singleton, "dara")
-    tokens = check_token_counts(token_counts, groups.index.shape[0], "dara")
+    tokens = check_token_counts(token_counts, groups.index.shape[0], "dara", groups.rewards.device)
 
     channel = channel_z(groups, eps, singleton)  # [N, K]
     active, density, weight = density_weights(groups, channel, tokens, tau, float(w_max))

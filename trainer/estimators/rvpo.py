@@ -73,7 +73,7 @@ def rvpo_advantages(
         raise ValueError(f"rvpo option k must be a finite number > 0, got {k!r}")
     check_normalisation(normalise, "rvpo")
     check_singleton(singleton, "rvpo")
-    tokens = check_token_counts(token_counts, groups.index.shape[0], "rvpo")
+    tokens = check_token_counts(token_counts, groups.index.shape[0], "rvpo", groups.rewards.device)
 
     channel = channel_z(groups, eps, singleton)
     included = groups.weights != 0
