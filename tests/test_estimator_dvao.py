@@ -6,7 +6,7 @@ tool_calling/vendor/verl/verl/trainer/ppo/multi_reward_algos.py at
 0459102045705674a9ad07748708facb8c5dc0b2 (the same in math/rdgdpo/advantages.py at that commit):
 per group, ``D = sum_k w_k * population std_k``; if ``D > 1e-8`` the advantage is
 ``sum_k w_k (r_k - mean_k) / D``, else 0; base weights 0.5 each; no batch normalisation; the
-per-token advantage is the response's. DVAO's paper (arXiv 2605.25604) came with no code.
+per-token advantage is the response's. No code by DVAO's authors (arXiv 2605.25604) was found.
 
 Our reward weights are DVAO's base weights. The authors reject negative ones; the reference
 extends the denominator with ``|w_k|`` (a spread), as our estimator does.

@@ -8,7 +8,7 @@ the advantages stay bounded however many rewards there are. No batch normalisati
 Followed: zhaihaotian/DARA, ``compute_multi_reward_advantage`` (method ``dvao``) in
 tool_calling/vendor/verl/verl/trainer/ppo/multi_reward_algos.py at 0459102 (the same definition in
 math/rdgdpo/advantages.py at 0459102): population std, no eps added, a group whose denominator is
-not above 1e-8 gets advantage 0. DVAO's authors published no code of their own.
+not above 1e-8 gets advantage 0. No code by DVAO's own authors was found.
 """
 
 from __future__ import annotations

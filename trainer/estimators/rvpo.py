@@ -8,7 +8,7 @@ rewards, so a response must do well on every reward.
 Followed: zhaihaotian/DARA, ``compute_multi_reward_advantage`` (method ``rvpo``) in
 vendor/verl/verl/trainer/ppo/multi_reward_algos.py at 54024d0: verl's per-reward GRPO z-scores, the
 soft minimum with k = 1 over the two rewards (its ``log 2`` is ``log M`` for M rewards), then
-verl's token whitening. The paper's authors published no code.
+verl's token whitening. No code by the paper's authors was found.
 """
 
 from __future__ import annotations
