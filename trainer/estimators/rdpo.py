@@ -6,10 +6,12 @@ correlated rewards as if they were independent (two copies of a reward count twi
 replaces the z-score by a magnitude-aware quantile score and whitens the scores of the rewards
 that vary together (Mahalanobis) before summing them.
 
-No code was published (none found in public repositories; the paper is a LongCat-Flash technical
-report whose text names the two steps without an implementation). This module implements the
-paper's description; where the text leaves a choice open, the choice made is stated here and in
-docs/advantages.md:
+No code was found (no public repository has it; the paper is a LongCat-Flash technical report).
+This module implements the paper's description of its two steps, as its abstract and introduction
+give it (a magnitude-aware quantile normalisation per prompt, robust to binary rewards, ties, skew
+and outliers; Mahalanobis whitening within each active reward subspace before aggregation; GDPO's
+pipeline otherwise); its method section's equations were not at hand, so every detail below is a
+choice, stated here and in docs/advantages.md:
 
 1. Quantile score, per group and reward, over the members the reward applies to: the mid-rank
    ``rho`` (ties share the mean of their ranks) gives the quantile level ``u = (rho - 1/2) / n``
