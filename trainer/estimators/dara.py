@@ -54,16 +54,16 @@ def dara_advantages(
     token_counts: Any = None,
     singleton: str = "raw",
 ) -> Decomposition:
-    """DARA: ``A = norm(sum_k s_k(A_ik))`` with density weights ``w_k = min(w_max, sqrt(pi_max / pi_k))``.
+    """DARA: ``A = norm(sum_k s_k(A_ik))`` with density weights ``d_k = min(w_max, sqrt(pi_max / pi_k))``.
 
-    ``A_ik = w_k' z_ik`` is reward k's group z-score times its reward weight ``w_k'``
+    ``A_ik = w_k z_ik`` is reward k's group z-score times its reward weight ``w_k``
     (:func:`~trainer.estimators.channel_z.channel_z`); ``pi_k`` is the share of groups with
-    ``sum_i L_i |A_ik| > tau`` (``L_i`` the token counts, 1 without them); ``s_k(a) = w_k a``
-    (symmetric) or ``a + (w_k - 1) max(a, 0)`` (positive). A reward with ``pi_k = 0`` gets
+    ``sum_i L_i |A_ik| > tau`` (``L_i`` the token counts, 1 without them); ``s_k(a) = d_k a``
+    (symmetric) or ``a + (d_k - 1) max(a, 0)`` (positive). A reward with ``pi_k = 0`` gets
     ``w_max`` (its z-scores are 0, so the weight does nothing: the authors' tool-calling code).
 
     Parts: ``s_k(A_ik)`` through the batch normalisation (exact: it is affine). Group weight
-    (symmetric only): ``w_k / (std_q r_k + eps)`` times the batch scale, ``[G, K]``.
+    (symmetric only): ``d_k / (std_q r_k + eps)`` times the batch scale, ``[G, K]``.
 
     Options:
         calibration: ``positive`` (DARA-Asym, default) or ``symmetric`` (DARA-Sym).
@@ -77,7 +77,7 @@ def dara_advantages(
             whitening as the authors' token-level tensors do; None counts each response once.
         singleton: ``raw`` (a group of one gets its reward over ``1 + eps``: verl's) or ``zero``.
 
-    Metrics: ``density/<k>``, ``weight/<k>``, ``active_groups/<k>`` per reward column k.
+    Metrics: ``density/<k>`` (``pi_k``), ``weight/<k>`` (``d_k``), ``active_groups/<k>`` per reward column k.
     """
     eps, tau, whiten_eps = check_eps(eps), check_eps(tau, "tau"), check_eps(whiten_eps, "whiten_eps")
     if calibration not in CALIBRATIONS:
@@ -108,7 +108,7 @@ def dara_advantages(
 def density_weights(
     groups: RewardGroups, channel: torch.Tensor, tokens: torch.Tensor | None, tau: float, w_max: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``[K]`` each reward's active groups, density ``pi_k`` and capped density weight ``w_k``.
+    """``[K]`` each reward's active groups, density ``pi_k`` and capped density weight ``d_k``.
 
     A group is active for reward k when ``sum_i L_i |A_ik| > tau`` over its members (the
     authors' token-level advantages summed over tokens and rollouts).
