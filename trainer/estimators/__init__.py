@@ -25,9 +25,17 @@ and the trainer import it, never the other way round.
 from __future__ import annotations
 
 # the estimator families register themselves on import: keep every one listed here
-import trainer.estimators.gd2po  # noqa: F401
-import trainer.estimators.saw  # noqa: F401
-from trainer.estimators import corrgrpo, gdpo, grpo  # noqa: F401
+from trainer.estimators import (  # noqa: F401
+    corrgrpo,
+    dara,
+    dvao,
+    gd2po,
+    gdpo,
+    grpo,
+    rdpo,
+    rvpo,
+    saw,
+)
 from trainer.estimators.compute import AdvantageResult, check_estimator, compute_advantages
 from trainer.estimators.corrgrpo import corrgrpo_advantages, gdpo_corr_advantages
 from trainer.estimators.diagnostics import NEAR_CANCELLING_S_CORR, AdvantageStats, diagnose
