@@ -6,7 +6,8 @@ split, both in one worker process (``python -m trainer.run_queue``), so a run pa
 interpreter start. The evaluation is written under a temporary name and renamed when complete:
 a run whose ``eval.json`` exists is finished and skipped; one without is resumed from its latest
 checkpoint (or only evaluated, when training had finished). :func:`run_all` runs a list of them
-``parallel`` at a time and reports each as it ends, with the time left at the pace so far.
+``parallel`` at a time and reports each as it ends, with the time left at the pace so far; a
+failed run does not stop the others (:class:`RunFailed` names the failures at the end).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EVAL_FILE", "QueuedRun", "run_all", "run_one", "threads_per_run"]
+__all__ = ["EVAL_FILE", "QueuedRun", "RunFailed", "run_all", "run_one", "threads_per_run"]
 
 EVAL_FILE = "eval.json"
 
@@ -107,26 +108,39 @@ def run_one(run: QueuedRun, save_every: int, threads: int) -> dict[str, Any]:
 
 def run_all(runs: Sequence[QueuedRun], parallel: int, save_every: Callable[[QueuedRun], int],
             log: Callable[[str], Any] = print) -> list[dict[str, Any]]:
-    """Run every unfinished run, ``parallel`` at a time; one progress line per run that ends."""
+    """Run every unfinished run, ``parallel`` at a time; one progress line per run that ends.
+
+    Raises :class:`RunFailed` after the last run when any failed (its output is in its ``run.log``).
+    """
     threads = threads_per_run(parallel)
     todo = [r for r in runs if not r.finished]
     results = [{"run": r.label, "status": "skipped"} for r in runs if r.finished]
     if not todo:
         return results
     t0 = time.perf_counter()
-    pool = ThreadPoolExecutor(max(1, parallel))
-    try:
-        futures = [pool.submit(run_one, r, save_every(r), threads) for r in todo]
+    failed: list[tuple[QueuedRun, subprocess.CalledProcessError]] = []
+    with ThreadPoolExecutor(max(1, parallel)) as pool:
+        futures = {pool.submit(run_one, r, save_every(r), threads): r for r in todo}
         for done, future in enumerate(as_completed(futures), 1):
-            result = future.result()  # a failed run stops the queue with its error
+            try:
+                result = future.result()
+            except subprocess.CalledProcessError as error:  # the others go on; reported at the end
+                failed.append((futures[future], error))
+                result = {"run": futures[future].label, "status": "failed"}
             results.append(result)
             elapsed = time.perf_counter() - t0
             left = elapsed / done * (len(todo) - done)
             log(f"[{done}/{len(todo)}] {result['run']}: {result['status']} in "
                 f"{result.get('seconds', 0):.0f} s (elapsed {_clock(elapsed)}, about {_clock(left)} left)")
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # after a failure, start no other run
+    if failed:
+        run, error = failed[0]
+        raise RunFailed(f"{len(failed)} of {len(todo)} runs failed, first {run.label} "
+                        f"(exit {error.returncode}); see run.log in {run.folder}")
     return results
+
+
+class RunFailed(RuntimeError):
+    """Some runs of a queue failed (the others ran to their end)."""
 
 
 def _clock(seconds: float) -> str:

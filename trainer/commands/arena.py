@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from trainer.arena import plan_arena, run_arena, scheduler_commands
     from trainer.arena_report import write_report
     from trainer.config import ConfigError
+    from trainer.run_queue import RunFailed
 
     if args.seeds < 1 or args.parallel < 1 or args.eval_limit < 0:
         print("error: --seeds and --parallel must be >= 1, --eval-limit >= 0")
@@ -79,17 +80,19 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(lines))
         print(f"# {len(lines)} runs; then: {shlex.join([*prefix, '--report'])}", file=sys.stderr)
         return 0
-    wall = None
+    wall, failure = None, None
     if not args.report:
         try:
             done = run_arena(plan, args.parallel, only=args.only)
+            wall = done["wall_seconds"]
         except ValueError as exc:
             print(f"error: {exc}")
             return 2
         except subprocess.CalledProcessError as exc:
-            print(f"error: a run failed ({exc}); see run.log in its folder; run the same command again to resume")
+            print(f"error: the run failed ({exc}); see run.log in its folder; run the same command again to resume")
             return 1
-        wall = done["wall_seconds"]
+        except RunFailed as exc:  # the report still shows every run that finished
+            failure = f"error: {exc}; run the same command again to resume"
         if args.only:
             print(f"{args.only}: {done['runs_done']}")
             return 0
@@ -98,4 +101,7 @@ def run(args: argparse.Namespace) -> int:
         ranked = sorted(entry["estimators"].items(), key=lambda kv: (kv[1]["tier"], -kv[1]["score"]["mean"]))
         print(f"{regime}: " + ", ".join(f"{e} {r['score']['mean']:.1f} (tier {r['tier']})" for e, r in ranked))
     print(f"report: {plan.out / 'report.md'}  results: {plan.out / 'results.json'}  plot: {plan.out / 'pareto.png'}")
+    if failure:
+        print(failure)
+        return 1
     return 0

@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
 
     from corrgrpo_envs.integrations.openenv_client import RemoteEnvError
     from trainer.config import ConfigError
+    from trainer.run_queue import RunFailed
     from trainer.sweep import run_sweep
 
     if args.seeds < 1 or args.parallel < 1:
@@ -42,8 +43,11 @@ def run(args: argparse.Namespace) -> int:
     except RemoteEnvError as exc:  # the env's servers, asked for its reward bounds before any run
         print(f"error: {exc}")
         return 1
+    except RunFailed as exc:
+        print(f"error: {exc}; run the same command again to resume")
+        return 1
     except subprocess.CalledProcessError as exc:
-        print(f"error: a run failed ({exc}); see run.log in its folder; run the same command again to resume")
+        print(f"error: the run failed ({exc}); see run.log in its folder; run the same command again to resume")
         return 1
     names = front["names"]
     print(f"{'estimator':<12} {'w':>3}  " + "  ".join(f"{n[:14]:>14}" for n in names) + "  front")
