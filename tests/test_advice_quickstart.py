@@ -169,6 +169,7 @@ def test_dominance_and_a_falling_reward_under_an_estimator_that_normalises_each_
     assert main(["advise", str(run), "--json"]) == 0
     shown = {f["condition"]: f for f in json.loads(capsys.readouterr().out)}
     assert shown["duplicates"]["recommends"] == {"estimators": ["corrgrpo"], "settings": ["algorithm.reward_weights"]}
+    assert shown["dominant"]["advice_key"] == "dominant_per_reward" and shown["dominant"]["recommends"]["estimators"] == []
 
 
 def test_the_recommendations_name_real_estimators_and_settings():

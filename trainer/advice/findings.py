@@ -108,7 +108,8 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         rec = self.recommendation
         return {"condition": self.condition, "run": self.run, "summary": self.summary,
-                "numbers": self.numbers, "advice": rec.text, "link": rec.evidence,
+                "numbers": self.numbers, "advice_key": self.advice_key or self.condition,
+                "advice": rec.text, "link": rec.evidence,
                 "recommends": {"estimators": list(rec.estimators), "settings": list(rec.settings)}}
 
 
