@@ -153,6 +153,14 @@ def paired(after: dict[str, Any], before: dict[str, Any], name: str) -> dict[str
     return paired_change(solved(before), solved(after))
 
 
+def _nanmean_matrix(mats: list[np.ndarray]) -> list[list[float | None]]:
+    """Entry by entry, the mean over the matrices that define it (None where none does)."""
+    stack = np.stack(mats)
+    counts = np.isfinite(stack).sum(axis=0)
+    mean = np.where(counts > 0, np.nansum(stack, axis=0) / np.maximum(counts, 1), np.nan)
+    return [[float(v) if np.isfinite(v) else None for v in row] for row in mean]
+
+
 def run_curves(folder: Path) -> dict[str, Any]:
     """An RL run's per-step reward means and CorrGRPO diagnostics from its ``metrics.jsonl``."""
     rows = [r for r in read_metrics(folder) if "reward/weighted/mean" in r]
@@ -162,7 +170,9 @@ def run_curves(folder: Path) -> dict[str, Any]:
     def series(key: str) -> list[float]:
         return [float(r.get(key, float("nan"))) for r in rows]
 
-    corr = [np.asarray(r["reward_correlation"], dtype=float) for r in rows if "reward_correlation" in r]
+    # a correlation no group defined is logged as None (NaN here) and left out of the mean
+    corr = [np.array([[np.nan if v is None else v for v in row] for row in r["reward_correlation"]], dtype=float)
+            for r in rows if r.get("reward_correlation")]
     return {
         "steps": steps, "reward_names": names,
         "means": {name: series(f"reward/{name}/mean") for name in names},
@@ -175,7 +185,7 @@ def run_curves(folder: Path) -> dict[str, Any]:
         "completion_length": series("completion_length/mean"),
         "step_seconds": series("time/step"),
         "cov_share": {name: series(f"cov_share/{name}") for name in names},
-        "mean_correlation": np.mean(corr, axis=0).tolist() if corr else None,
+        "mean_correlation": _nanmean_matrix(corr) if corr else None,
     }
 
 
@@ -351,11 +361,11 @@ def run_table(name: str, c: dict[str, Any]) -> str:
         text += f"| {label} | {' | '.join(_f(_window(values, lo, hi), 3) for lo, hi in windows)} |\n"
     if c.get("mean_correlation"):
         names = c["reward_names"]
-        m = np.asarray(c["mean_correlation"])
-        text += ("\nMean within-group correlation over the steps (0 where a reward is constant in its group):\n\n"
+        m = np.array([[np.nan if v is None else v for v in row] for row in c["mean_correlation"]], dtype=float)
+        text += ("\nMean within-group correlation over the steps where both rewards varied in a group:\n\n"
                  f"| | {' | '.join(names)} |\n|---|{'---|' * len(names)}\n")
         for i, row_name in enumerate(names):
-            text += f"| {row_name} | {' | '.join(f'{m[i, j]:.2f}' for j in range(len(names)))} |\n"
+            text += f"| {row_name} | {' | '.join(f'{m[i, j]:.2f}' if np.isfinite(m[i, j]) else '-' for j in range(len(names)))} |\n"
     return text
 
 

@@ -226,7 +226,8 @@ def analyze(out: Path, settings: list[str], estimators: list[str], seeds: list[i
             corr = [r["reward_correlation"] for s in have for r in runs[(e, s)][:1] if r.get("reward_correlation")]
             if corr:
                 diag["step1_correlation"] = [
-                    [statistics.fmean(m[i][j] for m in corr if m[i][j] is not None) for j in range(len(comps) - 1)]
+                    [statistics.fmean(v) if (v := [m[i][j] for m in corr if m[i][j] is not None]) else None
+                     for j in range(len(comps) - 1)]
                     for i in range(len(comps) - 1)
                 ]
             diag["run_seconds"] = statistics.fmean(sum(r["time/step"] for r in runs[(e, s)]) for s in have)
@@ -298,6 +299,7 @@ def tables_markdown(res: dict[str, Any]) -> str:
             names = [c for c in comps if c != "weighted"]
             pairs = [
                 f"{names[i]}~{names[j]} {corr[i][j]:.2f}" for i in range(len(names)) for j in range(i + 1, len(names))
+                if corr[i][j] is not None  # undefined: no group where both varied
             ]
             lines += ["", "Within-group reward correlation at step 1 (GRPO runs, mean over seeds): " + ", ".join(pairs)]
         lines.append("")

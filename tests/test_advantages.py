@@ -335,8 +335,8 @@ def test_sums_equal_the_explicit_covariance_and_correlation_matrices(batch) -> N
     # the one-matmul batch mean of the correlation matrices
     stats = compute_advantages(rewards, ids, weights=weights).stats
     both = (groups.active.unsqueeze(2) & groups.active.unsqueeze(1)).double().sum(dim=0)
-    expected = torch.where(both > 0, corr.sum(dim=0) / both.clamp(min=1), 0.0)
-    torch.testing.assert_close(stats.mean_correlation, expected)
+    expected = torch.where(both > 0, corr.sum(dim=0) / both.clamp(min=1), math.nan)  # undefined: NaN
+    torch.testing.assert_close(stats.mean_correlation, expected, equal_nan=True)
 
 
 # --------------------------------------------------------------------------- #
@@ -489,6 +489,15 @@ def test_batch_stats() -> None:
     assert logged["k_eff"][1:] == [None, None] and logged["c_q"][2] is None
     json.dumps(logged, allow_nan=False)
     assert stats.mean_cov_share.tolist() == pytest.approx([0.5, 0.5])
+
+
+def test_a_correlation_no_group_defines_is_missing_not_zero() -> None:
+    # component 1 never varies within a group: its correlations are undefined, logged as None
+    rewards = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0], [2.0, 0.0, 2.0], [0.0, 0.0, 0.0]])
+    stats = compute_advantages(rewards, torch.tensor([0, 0, 1, 1])).stats
+    logged = stats.to_dict(per_group=False)["mean_correlation"]
+    assert logged[0][0] == pytest.approx(1.0) and logged[0][2] == pytest.approx(0.0)  # -1 and +1 groups
+    assert logged[0][1] is None and logged[1][2] is None and logged[1][1] is None
 
 
 def test_available_estimators_and_custom_registration() -> None:

@@ -85,7 +85,7 @@ def test_the_numbers_are_those_of_the_log(tmp_path):
     trl = _trl_run(tmp_path / "trl", **{"reward_correlation/a/b": 0.95, "cov_share/big": 0.9,
                                          "cov_share/a": 0.05, "cov_share/b": 0.05})
     findings = {f.condition: f for f in advise([trl])}
-    assert findings["duplicates"].numbers == {"components": ["a", "b"], "correlation": 0.95}
+    assert findings["duplicates"].numbers == {"components": ["a", "b"], "correlation": 0.95, "steps": 4}
     assert findings["dominant"].numbers["cov_share"] == {"big": 0.9, "a": 0.05, "b": 0.05}
     log = read_run(trl)
     assert log.kind == "trl" and log.path.parent.name == "checkpoint-4" and len(log.records) == 4  # the newest
@@ -108,7 +108,7 @@ def test_a_run_without_our_diagnostics_is_judged_on_its_own_metrics(tmp_path, ca
     assert findings["grad_drift"].numbers["grad_norm"]["ratio"] == pytest.approx(4.0)
     assert "register our estimators in verl" in findings["no_diagnostics"].advice
     assert main(["advise", str(trl)]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the text is wrapped to the terminal
     assert "[no_diagnostics]" in out and "75% of the groups" in out
 
 
@@ -160,3 +160,57 @@ def test_hostile_values_in_a_log_are_ignored(tmp_path):
     records = read_run(verl).records
     assert all("k_eff/mean" not in r and "c_q/median" not in r for r in records)
     assert _conditions(verl) == set()
+
+
+def _trl_tensorboard_run(folder: Path, steps: int = 4, **changes) -> Path:
+    """A TRL output folder saved without trainer_state.json: the TensorBoard events of
+    ``report_to="tensorboard"``, written by transformers' own callback (the one TRL's trainer uses),
+    and the ``training_args.bin`` of ``trainer.save_model()``."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+    from transformers.integrations import TensorBoardCallback
+
+    args, state, control = TrainingArguments(output_dir=str(folder), report_to="tensorboard"), TrainerState(), TrainerControl()
+    callback = TensorBoardCallback()
+    callback.on_train_begin(args, state, control)
+    for step in range(1, steps + 1):
+        state.global_step = step
+        callback.on_log(args, state, control, logs={"loss": 0.01, "grad_norm": 0.5, "rewards/big/mean": 3.0,
+                                                    "frac_reward_zero_std": 0.0, "epoch": step / steps, **_ours(**changes)})
+    callback.on_log(args, state, control, logs={"eval_loss": 9.0, "eval_corrgrpo/k_eff/mean": 1.0})  # left out
+    callback.on_log(args, state, control, logs={"train_runtime": 1.0, "train_loss": 0.0})
+    callback.on_train_end(args, state, control)
+    (folder / "training_args.bin").write_bytes(b"")
+    return folder
+
+
+def test_a_trl_run_saved_without_trainer_state_is_read_from_its_tensorboard_events(tmp_path):
+    dup = {"reward_correlation/a/b": 0.95, "cov_share/big": 0.9, "cov_share/a": 0.05, "cov_share/b": 0.05}
+    trl = _trl_tensorboard_run(tmp_path / "trl", **dup)
+    (events,) = (trl / "runs").glob("*/events.out.tfevents.*")
+    log = read_run(trl)
+    assert log.kind == "trl" and log.path == events.parent and log.has_diagnostics and log.estimator is None
+    assert [r["step"] for r in log.records] == [1, 2, 3, 4] and log.records[0]["reward_names"] == NAMES
+    assert log.records[0]["grad_norm"] == 0.5 and log.records[0]["reward_correlation"][1][2] == pytest.approx(0.95)
+    findings = {f.condition: f for f in advise([trl])}
+    assert set(findings) == {"dominant", "duplicates"}  # the evaluation's K_eff of 1.0 is not a training step
+    assert findings["duplicates"].numbers["correlation"] == pytest.approx(0.95)
+    assert _conditions(trl / "runs") == _conditions(events.parent) == {"dominant", "duplicates"}
+    # beside an older checkpoint's trainer_state.json (2 steps), the events (4 steps) are read
+    (trl / "checkpoint-2").mkdir()
+    (trl / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"log_history": [
+        {"step": s, "grad_norm": 0.5, **_ours(**{"k_eff/mean": 1.1})} for s in (1, 2)]}))
+    assert len(read_run(trl).records) == 4 and _conditions(trl) == {"dominant", "duplicates"}
+
+
+def test_a_trl_folder_with_no_log_says_how_to_get_one(tmp_path, capsys):
+    (tmp_path / "trl").mkdir()
+    (tmp_path / "trl" / "training_args.bin").write_bytes(b"")
+    assert main(["advise", str(tmp_path / "trl")]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith(f"error: {tmp_path / 'trl'}: a TRL output folder without a log advise reads: ")
+    assert "trainer.save_state() after trainer.train()" in out and "report_to='tensorboard'" in out
+    # unreadable events: one line naming the file
+    (tmp_path / "trl" / "runs" / "x").mkdir(parents=True)
+    (tmp_path / "trl" / "runs" / "x" / "events.out.tfevents.1.host.1.0").write_bytes(bytes(range(256)))
+    with pytest.raises(ValueError, match="no training scalars"):
+        read_run(tmp_path / "trl")

@@ -133,7 +133,7 @@ def test_the_gradient_advice_follows_the_direction_of_the_number(tmp_path, capsy
     assert fell.numbers["grad_norm"]["direction"] == "falling" and "fell from 1.3 to 0.17 (0.13x" in fell.summary
     assert "a gradient that grows makes the later steps larger" in grew.advice
     assert "grows" not in fell.advice and "a gradient that falls makes the later steps smaller" in fell.advice
-    assert fell.advice == ADVICE["grad_drift_falling"][0]
+    assert fell.advice == ADVICE["grad_drift_falling"].text
     assert main(["advise", str(down), "--json"]) == 0
     (found,) = json.loads(capsys.readouterr().out)
     assert found["advice"] == fell.advice and found["condition"] == "grad_drift"

@@ -66,14 +66,17 @@ def test_run_curves_and_table_from_metrics_jsonl(tmp_path):
         {"step": s, "reward_names": names, "reward/weighted/mean": 0.1 * s, "reward/format/mean": 0.5,
          "reward/correct/mean": 0.0, "c_q/median": 0.4, "k_eff/mean": 1.0, "zero_variance_fraction": 0.5,
          "advantage/abs_mean": 0.3, "completion_length/mean": 100.0, "time/step": 9.0,
-         "cov_share/format": 1.0, "cov_share/correct": 0.0, "reward_correlation": [[1.0, 0.0], [0.0, 0.0]]}
+         "cov_share/format": 1.0, "cov_share/correct": 0.0,
+         # correct never varies from step 7 on: its correlations are undefined (None), not 0
+         "reward_correlation": [[1.0, 0.0], [0.0, 0.0]] if s < 7 else [[1.0, None], [None, None]]}
         for s in range(1, 13)
     ]
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
     c = learning_code.run_curves(tmp_path)
     assert c["steps"] == list(range(1, 13)) and c["means"]["format"] == [0.5] * 12
-    assert c["mean_correlation"] == [[1.0, 0.0], [0.0, 0.0]]
+    assert c["mean_correlation"] == [[1.0, 0.0], [0.0, 0.0]]  # over steps 1-6, where it is defined
     table = learning_code.run_table("rl", c)
+    assert "| format | 1.00 | 0.00 |" in table
     # windows: steps 1-10 (weighted mean 0.55) and 3-12 (0.75)
     assert "| steps 1-10 | steps 3-12 |" in table and "| weighted | 0.550 | 0.750 |" in table
 

@@ -45,7 +45,8 @@ class AdvantageStats:
     - ``near_cancelling``: some component is active but ``s_corr <
       NEAR_CANCELLING_S_CORR``.
     - ``mean_correlation``: entry (k, l) averages the correlation over the
-      groups where both k and l are active (0 where there are none).
+      groups where both k and l are active; NaN where there are none (undefined, not
+      uncorrelated: a 0 there would pull a run's mean of two identical rewards below 1).
     - ``mean_cov_share``: mean of ``cov_share`` over groups with ``s_cov > 0``.
     - ``active_fraction``: the share of groups in which each component varies.
     """
@@ -131,7 +132,7 @@ def diagnose(
     corr_sum = (z * groups.per_response(1.0 / groups.dof).unsqueeze(1)).T @ z
     activef = active.to(dtype)
     n_both = activef.T @ activef  # [K, K] groups where both components vary
-    mean_correlation = torch.where(n_both > 0, corr_sum / n_both.clamp(min=1.0), 0.0)
+    mean_correlation = torch.where(n_both > 0, corr_sum / n_both.clamp(min=1.0), math.nan)
     if has_cov.any():
         mean_cov_share = cov_share[has_cov].mean(dim=0)
     else:

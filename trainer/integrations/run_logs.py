@@ -1,13 +1,19 @@
 """Other trainers' run logs as the records of our ``metrics.jsonl`` (for ``corrgrpo advise``).
 
 - **TRL**: ``trainer_state.json`` (its ``log_history``), in the output folder or its newest
-  ``checkpoint-N`` folder, or the file itself. ``CorrGRPOTrainer`` logs our diagnostics there
+  ``checkpoint-N`` folder, or the file itself; or, where the run saved no state (TRL writes
+  ``trainer_state.json`` only with a checkpoint or ``trainer.save_state()``), the TensorBoard
+  event files that ``report_to="tensorboard"`` writes under ``runs/`` (each scalar under
+  ``train/``), whichever holds more steps. ``CorrGRPOTrainer`` logs our diagnostics there
   under ``corrgrpo/``; TRL's own ``grad_norm`` and ``frac_reward_zero_std`` (the share of groups
   whose weighted sum does not vary, used when ``corrgrpo/zero_variance_fraction`` is absent) are
   read too.
 - **verl**: the JSON-lines file of verl's file logger (``trainer.logger=[file]``), one
   ``{"step": N, "data": {name: value}}`` per step: our diagnostics under ``corrgrpo/`` and
   verl's ``actor/grad_norm``.
+
+Our own runs name their estimator in ``config.json``; TRL's and verl's logs do not name it
+(:attr:`RunLog.estimator` is then None).
 
 A record gets our names (the prefix dropped), and the per-pair correlations
 ``reward_correlation/<a>/<b>`` become the matrix ``reward_correlation``. Logs are read
@@ -30,21 +36,31 @@ MAX_LOG_BYTES = 256 * 2**20
 PREFIX = "corrgrpo/"
 TRL_STATE = "trainer_state.json"
 METRICS = "metrics.jsonl"
+RUN_CONFIG = "config.json"
+#: TensorBoard's event files (TRL: ``OUTPUT/runs/<date>_<host>/events.out.tfevents.*``)
+EVENTS = "events.out.tfevents.*"
+#: how to get a TRL log that advise reads, for a folder that holds none
+TRL_HOW = (
+    f"TRL writes {TRL_STATE} into each checkpoint-N/ it saves (save_steps below the run's steps) and into "
+    f"the output folder on trainer.save_state() after trainer.train(), and TensorBoard event files under "
+    f"runs/ with report_to='tensorboard'"
+)
 #: the other trainers' own names -> ours
 OWN_NAMES = {"grad_norm": "grad_norm", "actor/grad_norm": "grad_norm"}
 
 
 class RunLog:
-    """A run's records in our names, with where they came from (``corrgrpo``, ``trl``, ``verl``)."""
+    """A run's records in our names, with where they came from (``corrgrpo``, ``trl``, ``verl``)
+    and the estimator it trained with (None where its logs do not say)."""
 
-    def __init__(self, path: Path, kind: str, records: list[dict[str, Any]], has_diagnostics: bool):
+    def __init__(self, path: Path, kind: str, records: list[dict[str, Any]], has_diagnostics: bool,
+                 estimator: str | None = None):
         self.path, self.kind, self.records, self.has_diagnostics = path, kind, records, has_diagnostics
+        self.estimator = estimator
 
 
 def _read_text(path: Path) -> str:
-    size = path.stat().st_size
-    if size > MAX_LOG_BYTES:
-        raise ValueError(f"{path}: {size} bytes is over the {MAX_LOG_BYTES}-byte limit for a run log")
+    _check_size(path)
     return path.read_text(encoding="utf-8", errors="replace")
 
 
@@ -108,6 +124,66 @@ def _trl_state(path: Path) -> Path | None:
     return max(checkpoints)[1] / TRL_STATE if checkpoints else None
 
 
+def _trl_events(path: Path) -> list[Path]:
+    """TensorBoard event files of a TRL output folder (``runs/*/``), of its ``runs/`` folder, or in
+    ``path`` itself (a ``logging_dir``), oldest first."""
+    if not path.is_dir():
+        return []
+    found = [*path.glob(EVENTS), *path.glob(f"*/{EVENTS}"), *path.glob(f"runs/*/{EVENTS}")]
+    return sorted((p for p in found if p.is_file()), key=lambda p: (p.stat().st_mtime, str(p)))
+
+
+def _read_trl_events(files: list[Path]) -> RunLog:
+    """TRL's TensorBoard scalars (``train/<name>``, the step TRL logged them at) as records.
+
+    A resumed run writes a new file: the files are merged by step, a later file winning.
+    """
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError:  # a core dependency: only a broken install lacks it
+        raise ValueError(f"{files[0]}: reading TensorBoard events needs the tensorboard package") from None
+    by_step: dict[int, dict[str, Any]] = {}
+    for file in files:
+        _check_size(file)
+        events = EventAccumulator(str(file), size_guidance={"scalars": 0})
+        try:
+            events.Reload()
+        except Exception as exc:  # a corrupt file: TensorBoard's reader raises its own types
+            raise ValueError(f"{file}: not a TensorBoard event file ({exc})") from None
+        for tag in events.Tags().get("scalars", []):
+            if not tag.startswith("train/"):  # eval/ and test/: not training steps
+                continue
+            for event in events.Scalars(tag):
+                by_step.setdefault(int(event.step), {})[tag[len("train/"):]] = float(event.value)
+    records, diagnostics = [], False
+    for step in sorted(by_step):
+        metrics = by_step[step]
+        record = _ours(metrics)
+        diagnostics |= any(k.startswith(PREFIX) for k in metrics)
+        if record:
+            record["step"] = step
+            records.append(record)
+    if not by_step:  # TensorBoard's reader skips what it cannot parse: say so rather than judge nothing
+        raise ValueError(f"{files[-1]}: no training scalars (train/...) in {len(files)} TensorBoard event file(s)")
+    return RunLog(files[-1].parent, "trl", records, diagnostics)
+
+
+def _check_size(path: Path) -> None:
+    size = path.stat().st_size
+    if size > MAX_LOG_BYTES:
+        raise ValueError(f"{path}: {size} bytes is over the {MAX_LOG_BYTES}-byte limit for a run log")
+
+
+def _estimator(run: Path) -> str | None:
+    """The estimator in our run folder's ``config.json`` (None if it is missing or unreadable)."""
+    try:
+        algorithm = json.loads(_read_text(run / RUN_CONFIG)).get("algorithm")
+    except (OSError, ValueError, AttributeError):
+        return None
+    estimator = algorithm.get("estimator") if isinstance(algorithm, dict) else None
+    return estimator if isinstance(estimator, str) else None
+
+
 def _read_trl(state: Path) -> RunLog:
     try:
         history = json.loads(_read_text(state)).get("log_history")
@@ -151,8 +227,8 @@ def _read_verl(path: Path) -> RunLog:
 
 
 def read_run(path: str | Path) -> RunLog:
-    """A run folder of ours (``metrics.jsonl``), a TRL output folder or ``trainer_state.json``,
-    or a verl file-logger ``.jsonl``.
+    """A run folder of ours (``metrics.jsonl``), a TRL output folder (``trainer_state.json`` or
+    TensorBoard events) or ``trainer_state.json``, or a verl file-logger ``.jsonl``.
 
     Raises:
         FileNotFoundError: ``path`` is none of these.
@@ -164,13 +240,23 @@ def read_run(path: str | Path) -> RunLog:
     if path.is_file() and path.name == METRICS:
         path = path.parent
     if path.is_dir() and (path / METRICS).is_file():
-        return RunLog(path, "corrgrpo", read_metrics(path), True)
-    state = _trl_state(path)
-    if state is not None:
-        return _read_trl(state)
+        return RunLog(path, "corrgrpo", read_metrics(path), True, _estimator(path))
+    state, events = _trl_state(path), _trl_events(path)
+    if state is not None or events:
+        logs = [_read_trl(state)] if state is not None else []
+        if events:
+            try:
+                logs.append(_read_trl_events(events))
+            except ValueError:
+                if not logs:  # unreadable events beside a trainer_state.json: the state stands
+                    raise
+        return max(logs, key=lambda log: len(log.records))  # the first (trainer_state.json) on a tie
     if path.is_file() and path.suffix == ".jsonl":
         return _read_verl(path)
+    if path.is_dir() and ((path / "training_args.bin").is_file() or any(path.glob("checkpoint-*"))):
+        raise FileNotFoundError(f"{path}: a TRL output folder without a log advise reads: {TRL_HOW}")
     raise FileNotFoundError(
-        f"{path}: not a run: expected a corrgrpo run folder ({METRICS}), a TRL output folder or "
-        f"{TRL_STATE}, or a verl file-logger .jsonl"
+        f"{path}: not a run: expected a corrgrpo run folder ({METRICS}), a TRL output folder "
+        f"({TRL_STATE} or TensorBoard events under runs/) or {TRL_STATE}, or a verl file-logger .jsonl; "
+        f"{TRL_HOW}"
     )
