@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainer.paired_stats import holm, interval, paired_difference
+
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {
     "toy": ROOT / "studies" / "configs" / "study_toy.yaml",
@@ -139,35 +141,18 @@ def _components(records: list[dict[str, Any]]) -> list[str]:
 
 
 def _mean_ci(xs: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95 % t-interval."""
-    from scipy import stats
-
-    n = len(xs)
-    m = statistics.fmean(xs)
-    if n < 2:
-        return m, float("nan")
-    return m, stats.t.ppf(0.975, n - 1) * statistics.stdev(xs) / math.sqrt(n)
+    """Mean and the half-width of its 95 % t-interval (NaN for one value): the arena's interval."""
+    mean, half = interval(xs)
+    return mean, float("nan") if half is None else half
 
 
 def _paired(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
-    """Mean of x - y, its 95 % half-width and the paired t-test's two-sided p-value."""
-    from scipy import stats
-
-    diffs = [a - b for a, b in zip(xs, ys)]
-    m, half = _mean_ci(diffs)
-    if all(d == diffs[0] for d in diffs):  # no spread: the t-test is undefined
-        return m, half, 1.0 if diffs[0] == 0 else float("nan")
-    return m, half, float(stats.ttest_rel(xs, ys).pvalue)
+    """Mean of x - y, its 95 % half-width and the paired t-test's p-value: the arena's test."""
+    mean, half, p = paired_difference(xs, ys)
+    return mean, float("nan") if half is None else half, p
 
 
-def _holm(pvalues: dict[str, float]) -> dict[str, float]:
-    """Holm's step-down adjusted p-values."""
-    order = sorted(pvalues, key=pvalues.get)
-    m, running, out = len(order), 0.0, {}
-    for i, key in enumerate(order):
-        running = max(running, min(1.0, (m - i) * pvalues[key]))
-        out[key] = running
-    return out
+_holm = holm  # Holm's step-down correction, the arena's
 
 
 def analyze(out: Path, settings: list[str], estimators: list[str], seeds: list[int]) -> dict[str, Any]:
