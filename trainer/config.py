@@ -295,8 +295,10 @@ class RunConfig:
     files in the run folder's ``tensorboard/``), ``wandb``, ``mlflow``, ``trackio``,
     ``comet_ml``, ``aim``, ``clearml``, ``dvclive``, ``swanlab``, or ``none``;
     ``metrics.jsonl`` is written in every case. Each tracker reads its own settings from its
-    environment variables (e.g. ``WANDB_MODE=offline``, ``MLFLOW_TRACKING_URI=file:./mlruns``,
-    ``TRACKIO_DIR``)."""
+    environment variables (e.g. ``WANDB_MODE=offline``; ``MLFLOW_TRACKING_URI=file:./mlruns``
+    with ``MLFLOW_ALLOW_FILE_STORE=true``, which MLflow 3 needs for local files; ``TRACKIO_DIR``).
+    One not installed is skipped with a line saying so; one that fails to start ends the run
+    with a line naming it."""
     project: str = "corrgrpo"
     """The trackers' project (wandb and trackio project, MLflow experiment); the run is named
     after the run folder."""
