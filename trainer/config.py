@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from corrgrpo_registry import import_error_hint
 from corrgrpo_registry.settings import (
     ConfigError,
     Range,
@@ -397,9 +398,7 @@ def import_env_modules(env: dict[str, Any]) -> list[str]:
             importlib.import_module(name)
         except ImportError as exc:
             raise ConfigError(
-                f"env.import: cannot import {name!r} ({exc}); the module must be importable from the "
-                "working directory or PYTHONPATH",
-                "env.import",
+                f"env.import: cannot import {name!r} ({exc}); {import_error_hint(name, exc)}", "env.import"
             ) from None
         except Exception as exc:  # the user's module raised while it ran
             raise ConfigError(
@@ -443,9 +442,10 @@ def resolve_env(env_id: Any) -> Any:
     except ConfigError:
         raise
     except ImportError as exc:
+        module = str(env_id).split(":")[0]
         raise ConfigError(
-            f"env.id: entry point {env_id!r}: cannot import {exc.name or str(env_id).split(':')[0]!r} "
-            f"({exc}); the module must be importable from the working directory or PYTHONPATH",
+            f"env.id: entry point {env_id!r}: cannot import {exc.name or module!r} ({exc}); "
+            f"{import_error_hint(module, exc)}",
             "env.id",
         ) from None
     except (ValueError, AttributeError, TypeError, FileNotFoundError) as exc:
