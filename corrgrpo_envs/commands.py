@@ -15,7 +15,7 @@ from typing import Any
 import corrgrpo_envs
 from corrgrpo_envs.registry import description
 
-__all__ = ["add_arguments", "run", "run_check", "describe_env", "install_hint"]
+__all__ = ["add_arguments", "run", "run_check", "describe_env", "import_failure", "install_hint"]
 
 #: top-level module -> the corrgrpo extra that installs it
 EXTRAS = {"agentdojo": "agentdojo", "docker": "docker", "openai": "openai", "vllm": "vllm", "gguf": "smollm2",
@@ -30,6 +30,19 @@ def install_hint(exc: ImportError) -> str:
     if missing == "corrgrpo_envs":
         return f"{exc.name} is not in this installation; upgrade corrgrpo"
     return f"pip install {missing}" if missing else str(exc)
+
+
+def import_failure(target: str, exc: ImportError) -> str:
+    """What an ``ImportError`` raised while building ``target`` means: the user's own module (an
+    entry point's module, or a package above it) not on ``sys.path`` is named with where Python
+    looked; anything else is a dependency to install."""
+    from corrgrpo_registry import import_error_hint, is_entry_point
+
+    module = target.split(":")[0] if is_entry_point(target) else ""
+    missing = exc.name or ""
+    if module and missing and (module == missing or module.startswith(missing + ".")):
+        return f"cannot import {missing}: {import_error_hint(module, exc)}"
+    return f"missing dependency {missing or exc} ({install_hint(exc)})"
 
 
 def describe_env(env_id: str) -> dict[str, Any]:
@@ -91,7 +104,7 @@ def run_check(args: argparse.Namespace) -> int:
         try:
             results = check_env(target, raise_on_error=False, **kwargs)
         except ImportError as exc:
-            print(f"error: {target}: missing dependency {exc.name or exc} ({install_hint(exc)})")
+            print(f"error: {target}: {import_failure(target, exc)}")
             status = 2
             continue
         except Exception as exc:

@@ -30,7 +30,13 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
-from corrgrpo_registry import Registry, is_entry_point, load_entry_point, parse_entry_point
+from corrgrpo_registry import (
+    Registry,
+    import_error_hint,
+    is_entry_point,
+    load_entry_point,
+    parse_entry_point,
+)
 from corrgrpo_registry.settings import (
     ConfigError,
     Setting,
@@ -346,9 +352,10 @@ def check_id(id_or_config: str | Path | list[str]) -> None:
     try:
         resolve(id_or_config)
     except ImportError as exc:
+        module = text.split(":")[0]
         raise ValueError(
-            f"env entry point {text!r}: cannot import {exc.name or text.split(':')[0]!r} ({exc}); "
-            "the module must be importable from the working directory or PYTHONPATH"
+            f"env entry point {text!r}: cannot import {exc.name or module!r} ({exc}); "
+            f"{import_error_hint(module, exc)}"
         ) from None
     except (AttributeError, TypeError) as exc:
         raise ValueError(str(exc)) from None

@@ -21,11 +21,13 @@ would import Gymnasium through its ``__init__``).
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Registry", "is_entry_point", "load_entry_point", "parse_entry_point"]
+__all__ = ["Registry", "import_error_hint", "is_entry_point", "load_entry_point", "parse_entry_point"]
 
 T = TypeVar("T")
 
@@ -63,6 +65,32 @@ def load_entry_point(text: str) -> Any:
                 f"entry point {text!r}: module {module_name!r} has no attribute {attribute!r}"
             ) from None
     return obj
+
+
+def import_error_hint(module: str, exc: ImportError) -> str:
+    """What to do about ``exc``, raised by ``import module``: a sentence for an error message.
+
+    A user's own module that is not found (``module`` itself, or a package above it) is a
+    folder missing from ``sys.path``, not something to install: the hint names the file or
+    folder Python looked for and where it looked (``sys.path``, the working directory first).
+    A module that ``module`` imports and that is missing is a dependency: ``pip install`` it.
+    """
+    missing = exc.name or ""
+    if not missing or not (module == missing or module.startswith(missing + ".")):
+        top = missing.split(".")[0]
+        return (f"{module} imports {missing}, which is not installed here: pip install {top}" if top
+                else f"{module} raised {type(exc).__name__}: {exc}")
+    parent, _, leaf = missing.rpartition(".")
+    if parent:  # the package above imported: the file of this submodule is not in it
+        folders = list(getattr(sys.modules.get(parent), "__path__", []))
+        where = ", ".join(folders) if folders else "its folder"
+        return f"package {parent} ({where}) has no {leaf}.py or {leaf}/"
+    cwd = os.getcwd()
+    folders = dict.fromkeys(os.path.abspath(p or os.curdir) for p in sys.path)  # in search order
+    searched = [f"{f} (the working directory)" if f == cwd else f for f in folders if os.path.isdir(f)]
+    absent = "" if cwd in folders else f"; the working directory {cwd} is not on it"
+    return (f"no {missing}.py or {missing}/ in any folder on sys.path ({', '.join(searched)}{absent}): "
+            "run from the folder that holds it, or add that folder to PYTHONPATH")
 
 
 class Registry(Generic[T]):
@@ -131,10 +159,9 @@ class Registry(Generic[T]):
         try:
             obj = load_entry_point(spec)
         except ImportError as exc:
-            missing = exc.name or parse_entry_point(spec)[0]
-            raise ValueError(f"{self.kind} entry point {spec!r}: cannot import {missing!r} ({exc}); "
-                             "the module must be importable from the working directory or "
-                             "PYTHONPATH") from None
+            module = parse_entry_point(spec)[0]
+            raise ValueError(f"{self.kind} entry point {spec!r}: cannot import {exc.name or module!r} "
+                             f"({exc}); {import_error_hint(module, exc)}") from None
         except AttributeError as exc:
             raise ValueError(f"{self.kind} {exc}") from None
         if not callable(obj):

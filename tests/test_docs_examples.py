@@ -139,6 +139,8 @@ def test_your_own_env_checks_trains_and_evaluates(workdir):
     assert reference["metrics"]["polite"] == 1.0 and reference["metrics"]["brief"] == 1.0
     run = workdir / "runs" / "polite-corrgrpo-s0"
     assert len(_metrics(run)) == FAST_STEPS
+    # the page's promise: brief is graded, so the run has something to learn from its first step
+    assert all(r["reward/brief/mean"] > 0.3 for r in _metrics(run)) and "every reward is 0" not in out
     assert list((run / f"checkpoint-{FAST_STEPS}").glob("eval-all-*.json")), out[-2000:]
 
 

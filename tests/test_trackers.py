@@ -57,17 +57,45 @@ def test_a_bad_tracker_is_named_before_anything_loads(value, message):
     assert message in str(info.value)
 
 
-def test_a_tracker_that_is_not_installed_is_named_once_and_the_run_goes_on(tmp_path):
-    from trainer.run_context import _available_trackers
+def test_a_tracker_that_is_not_installed_is_one_line_naming_its_install_and_the_run_goes_on(tmp_path, capsys):
+    from trainer.run_context import _available_trackers, missing_trackers_line
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        chosen = _available_trackers(["tensorboard", "swanlab"])
     if importlib.util.find_spec("swanlab") is not None:
         pytest.skip("swanlab is installed here")
-    assert chosen == ["tensorboard"]
-    (warning,) = [w for w in caught if "train.report_to" in str(w.message)]
-    assert "swanlab not installed here" in str(warning.message) and "pip install swanlab" in str(warning.message)
+    assert _available_trackers(["tensorboard", "swanlab"]) == (["tensorboard"], ["swanlab"])
+    assert missing_trackers_line(["swanlab"]) == (
+        "warning: train.report_to: swanlab not installed, so this run is not logged to it: "
+        "pip install swanlab (or drop it from train.report_to); metrics.jsonl is written as always")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _train(tmp_path, "train.report_to=swanlab", "train.steps=2")
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if "swanlab" in line] == [missing_trackers_line(["swanlab"])]
+    assert not [w for w in caught if "swanlab" in str(w.message)]  # a line, not a Python warning
+
+
+def test_a_tracker_that_fails_to_start_is_one_error_line(tmp_path, monkeypatch, capsys):
+    from trainer.run_logger import TrackerStartError
+
+    class StoreRefused(Exception):
+        pass
+
+    StoreRefused.__module__ = "mlflow.exceptions"  # as MLflow's own error is
+    error = TrackerStartError.of(StoreRefused("the file store is refused\nsee the docs"), ["tensorboard", "mlflow"])
+    assert str(error) == ("train.report_to: mlflow failed to start: StoreRefused: the file store is refused "
+                          "(fix its settings, or drop it from train.report_to)")
+    # through the command: exit status 1 and that line, no traceback
+    import accelerate
+
+    def refuse(self, *args, **kwargs):
+        raise StoreRefused("the file store is refused")
+
+    monkeypatch.setattr(accelerate.Accelerator, "init_trackers", refuse)
+    out = tmp_path / "run"
+    assert main(["train", "quickstart.yaml", *TOY, f"train.output_dir={out}", "train.report_to=tensorboard"]) == 1
+    err = capsys.readouterr().err
+    assert "error: train.report_to: tensorboard failed to start: StoreRefused: the file store is refused" in err
+    assert "Traceback" not in err
 
 
 # ------------------------------------------------------------------ the trackers

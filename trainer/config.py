@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from corrgrpo_registry import import_error_hint
 from corrgrpo_registry.settings import (
     ConfigError,
     Range,
@@ -295,8 +296,10 @@ class RunConfig:
     files in the run folder's ``tensorboard/``), ``wandb``, ``mlflow``, ``trackio``,
     ``comet_ml``, ``aim``, ``clearml``, ``dvclive``, ``swanlab``, or ``none``;
     ``metrics.jsonl`` is written in every case. Each tracker reads its own settings from its
-    environment variables (e.g. ``WANDB_MODE=offline``, ``MLFLOW_TRACKING_URI=file:./mlruns``,
-    ``TRACKIO_DIR``)."""
+    environment variables (e.g. ``WANDB_MODE=offline``; ``MLFLOW_TRACKING_URI=file:./mlruns``
+    with ``MLFLOW_ALLOW_FILE_STORE=true``, which MLflow 3 needs for local files; ``TRACKIO_DIR``).
+    One not installed is skipped with a line saying so; one that fails to start ends the run
+    with a line naming it."""
     project: str = "corrgrpo"
     """The trackers' project (wandb and trackio project, MLflow experiment); the run is named
     after the run folder."""
@@ -395,9 +398,7 @@ def import_env_modules(env: dict[str, Any]) -> list[str]:
             importlib.import_module(name)
         except ImportError as exc:
             raise ConfigError(
-                f"env.import: cannot import {name!r} ({exc}); the module must be importable from the "
-                "working directory or PYTHONPATH",
-                "env.import",
+                f"env.import: cannot import {name!r} ({exc}); {import_error_hint(name, exc)}", "env.import"
             ) from None
         except Exception as exc:  # the user's module raised while it ran
             raise ConfigError(
@@ -441,9 +442,10 @@ def resolve_env(env_id: Any) -> Any:
     except ConfigError:
         raise
     except ImportError as exc:
+        module = str(env_id).split(":")[0]
         raise ConfigError(
-            f"env.id: entry point {env_id!r}: cannot import {exc.name or str(env_id).split(':')[0]!r} "
-            f"({exc}); the module must be importable from the working directory or PYTHONPATH",
+            f"env.id: entry point {env_id!r}: cannot import {exc.name or module!r} ({exc}); "
+            f"{import_error_hint(module, exc)}",
             "env.id",
         ) from None
     except (ValueError, AttributeError, TypeError, FileNotFoundError) as exc:

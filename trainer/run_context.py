@@ -18,10 +18,11 @@ A command builds its own parts (environments, data, loss) between
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
-import warnings
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,9 @@ import numpy as np
 import torch
 
 from trainer.config import ModelConfig, OptimizerConfig, RunConfig
-from trainer.run_logger import METRICS, TENSORBOARD
+from trainer.run_logger import METRICS, TENSORBOARD, TrackerStartError
 
-__all__ = ["RunContext", "lr_factor", "lr_schedule", "seed_everything"]
+__all__ = ["RunContext", "lr_factor", "lr_schedule", "missing_trackers_line", "seed_everything"]
 
 
 def seed_everything(seed: int) -> None:
@@ -93,7 +94,7 @@ class RunContext:
         self.model_cfg, self.optim_cfg, self.run_cfg = model, optim, run
         self.config = config
         self.output_dir = Path(output_dir)
-        self.trackers = _available_trackers(run.trackers())
+        self.trackers, missing = _available_trackers(run.trackers())
         # Accelerate's trackers are named when the Accelerator is made; TensorBoard writes
         # under the run folder's tensorboard/ (moved aside with the metrics on a fresh start)
         self.accelerator = accelerator or build_accelerator(
@@ -102,6 +103,8 @@ class RunContext:
         )
         self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
         self.is_main = self.accelerator.is_main_process
+        if missing and self.is_main:  # one line on stderr, not a warning's file and line
+            print(missing_trackers_line(missing), file=sys.stderr, flush=True)
         self.model: Any = None  # after prepare(): the wrapped model, optimizer and scheduler
         self.unwrapped: Any = None
         self.optimizer: Any = None
@@ -150,9 +153,13 @@ class RunContext:
 
     # ---------------------------------------------------------------- run folder
     def start(self) -> tuple[Path | None, int]:
-        """Open the logger, resume from ``train.resume`` and write ``config.json``.
+        """Decide how the run continues its folder, then start the trackers, then write ``config.json``.
 
-        Returns the checkpoint resumed from (None: a fresh start) and its step.
+        A resumed run keeps its folder's records up to the checkpoint's step; a fresh start moves an
+        earlier run's logs aside. Both happen before any tracker opens a file there: TensorBoard's
+        writer holds its event file under ``tensorboard/`` by path, and moving that folder under an
+        open writer ends the run at its first flush. Returns the checkpoint resumed from (None: a
+        fresh start) and its step.
         """
         from trainer.run_lock import lock_run_folder
         from trainer.run_logger import RunLogger
@@ -160,28 +167,41 @@ class RunContext:
         run = self.run_cfg
         if self.is_main:  # before anything in the folder is read or moved
             self._lock = lock_run_folder(self.output_dir)
-        send = None
-        if self.trackers and self.accelerator.log_with:
-            send = self._start_trackers()
-        self.logger = RunLogger(self.output_dir, enabled=self.is_main, send=send)
+        self.logger = RunLogger(self.output_dir, enabled=self.is_main)
         path, step = self._resume(run.resume) if run.resume else (None, 0)
+        if path is None:
+            self.logger.start_fresh()
+        if self.trackers and self.accelerator.log_with:
+            self.logger.send = self._start_trackers(step)
         if self.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             with open(self.output_dir / "config.json", "w", encoding="utf-8") as f:
                 json.dump(self.config, f, indent=2)
         return path, step
 
-    def _start_trackers(self) -> Callable[[dict[str, float], int], None]:
+    def _start_trackers(self, resumed_step: int) -> Callable[[dict[str, float], int], None]:
         """Start Accelerate's trackers with the config as their hyper-parameters; return the
-        function that sends a step's scalars to them."""
+        function that sends a step's scalars to them.
+
+        A run resumed after step ``resumed_step`` has TensorBoard hide the earlier run's events
+        from step ``resumed_step + 1`` on (SummaryWriter's ``purge_step``), as the resume dropped
+        those records from ``metrics.jsonl``. A tracker that fails to start (a server that does not
+        answer, a store it refuses) raises :class:`TrackerStartError` naming it.
+        """
         run = self.run_cfg
         name = self.output_dir.name
-        self.accelerator.init_trackers(
-            run.project,
-            config=_flat_hparams(self.config),
-            init_kwargs={"wandb": {"name": name, "dir": str(self.output_dir)},
-                         "mlflow": {"run_name": name}, "trackio": {"name": name}},
-        )
+        init_kwargs: dict[str, dict[str, Any]] = {
+            "wandb": {"name": name, "dir": str(self.output_dir)},
+            "mlflow": {"run_name": name}, "trackio": {"name": name},
+        }
+        if resumed_step:
+            init_kwargs["tensorboard"] = {"purge_step": resumed_step + 1}
+        try:
+            self.accelerator.init_trackers(run.project, config=_flat_hparams(self.config), init_kwargs=init_kwargs)
+        except Exception as exc:  # any tracker's own error: its first line is what the user needs
+            with contextlib.suppress(Exception):  # those that did start end their runs
+                self.accelerator.end_training()
+            raise TrackerStartError.of(exc, self.trackers) from exc
 
         def send(values: dict[str, float], step: int) -> None:
             self.accelerator.log(values, step=step)
@@ -272,22 +292,25 @@ class RunContext:
             self._lock = None
 
 
-def _available_trackers(chosen: list[str]) -> list[str]:
-    """``chosen`` without the trackers whose package does not import here (a warning names them)."""
+def _available_trackers(chosen: list[str]) -> tuple[list[str], list[str]]:
+    """``chosen`` split into the trackers whose package imports here and those whose does not."""
     if not chosen:
-        return []
+        return [], []
     from accelerate.tracking import get_available_trackers
 
     available = {str(t) for t in get_available_trackers()}
-    missing = [t for t in chosen if t not in available]
-    if missing:
-        warnings.warn(
-            f"train.report_to: {', '.join(missing)} not installed here, so not logged to "
-            f"(pip install {' '.join(missing)}, or drop it from train.report_to); "
-            f"{METRICS} is written as always",
-            stacklevel=3,
-        )
-    return [t for t in chosen if t in available]
+    return [t for t in chosen if t in available], [t for t in chosen if t not in available]
+
+
+def missing_trackers_line(missing: list[str]) -> str:
+    """The one line a run prints for the trackers of ``train.report_to`` that are not installed."""
+    names = ", ".join(missing)
+    return (
+        f"warning: train.report_to: {names} not installed, so this run is not logged to "
+        f"{'it' if len(missing) == 1 else 'them'}: pip install {' '.join(missing)} "
+        f"(or drop {'it' if len(missing) == 1 else 'them'} from train.report_to); "
+        f"{METRICS} is written as always"
+    )
 
 
 def _flat_hparams(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -6,13 +6,15 @@ Accelerate's; :class:`RunLogger` hands each record's finite scalars to a ``send`
 
 ``metrics.jsonl`` holds one JSON object per step, steps increasing. A run killed
 while appending may leave a torn last line: readers drop it with a warning, and
-the logger rewrites the file without it before appending again. A run that
-starts logging at a step not after the file's last step is a new run in an old
-folder (a fresh start, e.g. ``resume=auto`` with no checkpoint yet): the old
-``metrics.jsonl``, ``samples.jsonl`` and ``tensorboard/`` are moved aside to
-``<name>.old-<UTC time>`` (said in a warning) rather than mixed with the new ones.
-A resumed run calls :meth:`RunLogger.truncate_after` first, which keeps the
-records (metrics and samples) up to the checkpoint's step, and then appends after them.
+the logger rewrites the file without it before appending again.
+
+A run says how it continues its folder before it starts its trackers (which open files there):
+a fresh start calls :meth:`RunLogger.start_fresh`, which moves an earlier run's
+``metrics.jsonl``, ``samples.jsonl`` and ``tensorboard/`` aside to ``<name>.old-<UTC time>``
+(said in a warning) rather than mixing them with the new ones; a resumed run calls
+:meth:`RunLogger.truncate_after`, which keeps the records (metrics and samples) up to the
+checkpoint's step, and then appends after them. A logger told neither decides at its first
+record: one at a step not after the file's last step is a fresh start.
 """
 
 from __future__ import annotations
@@ -26,13 +28,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunLogger", "read_metrics", "scalars"]
+__all__ = ["RunLogger", "TrackerStartError", "read_metrics", "scalars"]
 
 log = logging.getLogger(__name__)
 
 METRICS = "metrics.jsonl"
 SAMPLES = "samples.jsonl"
 TENSORBOARD = "tensorboard"
+
+
+class TrackerStartError(RuntimeError):
+    """A tracker of ``train.report_to`` failed to start; the message is one line naming it."""
+
+    @classmethod
+    def of(cls, exc: BaseException, trackers: list[str]) -> TrackerStartError:
+        """The error for ``exc``, raised while starting ``trackers``: the tracker whose package
+        raised it (all of them when that is not known) and the first line of its message."""
+        package = type(exc).__module__.split(".")[0]
+        named = [t for t in trackers if t == package] or trackers
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return cls(
+            f"train.report_to: {', '.join(named)} failed to start: {type(exc).__name__}: {first} "
+            "(fix its settings, or drop it from train.report_to)"
+        )
 
 
 def _jsonable(value: Any) -> Any:
@@ -97,13 +115,15 @@ class RunLogger:
         output_dir: the run folder.
         enabled: whether this process writes (the main process).
         send: ``send(scalars, step)`` after each record, e.g. ``Accelerator.log``; ``None``: none.
+            A public attribute: a run sets it once it has started its trackers, which it does
+            after deciding how it continues the folder (:meth:`truncate_after`, :meth:`start_fresh`).
     """
 
     def __init__(self, output_dir: str | Path, enabled: bool = True,
                  send: Callable[[dict[str, float], int], None] | None = None):
         self.dir = Path(output_dir)
         self.enabled = enabled
-        self._send = send
+        self.send = send
         self._started = False  # whether this run has decided how it continues the folder
         if enabled:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -174,8 +194,8 @@ class RunLogger:
         self._begin(step)
         with open(self.dir / METRICS, "a", encoding="utf-8") as f:
             f.write(json.dumps(_jsonable(record)) + "\n")
-        if self._send is not None:
-            self._send(scalars(record), step)
+        if self.send is not None:
+            self.send(scalars(record), step)
 
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
         if not self.enabled or not samples:

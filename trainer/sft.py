@@ -106,14 +106,14 @@ def pack_examples(examples: list[Episode], budget: int) -> list[list[Episode]]:
 class _SFTProgress(TrainProgress):
     """The training progress bar, showing the loss instead of rewards."""
 
-    def update(self, step: int, record: dict[str, Any]) -> None:
+    def numbers(self, record: dict[str, Any]) -> str:
         parts = [f"loss={record.get('loss', float('nan')):.4f}"]
         if "token_accuracy" in record:
             parts.append(f"acc={record['token_accuracy']:.3f}")
         if "eval/loss" in record:
             parts.append(f"eval={record['eval/loss']:.4f}")
-        parts.append(f"{record.get('time/step', 0.0):.2f}s/step")
-        self._progress.update(self._task, completed=step, info=" ".join(parts))
+        parts.append(f"{self.seconds_per_step:.2f}s/step")
+        return " ".join(parts)
 
 
 # ----------------------------------------------------------------------------- trainer

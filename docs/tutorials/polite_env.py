@@ -17,8 +17,10 @@ class PoliteEnv(MultiRewardEnv):
                 "tools": []}
 
     def _act(self, action):
+        # brief is graded (1 up to 40 characters, 0 from 120): a model that never writes a
+        # short answer still scores more for a shorter one, so there is something to learn
         return StepOutcome(rewards={"polite": float("hello" in action.lower()),
-                                    "brief": float(len(action) <= 40)})
+                                    "brief": min(1.0, max(0.0, (120 - len(action)) / 80))})
 
     def reference_action(self, task_id):  # optional: a good answer, for eval and SFT
         return [f"Hello, {self.tasks.get(task_id)['name']}!"]

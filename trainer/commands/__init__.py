@@ -128,8 +128,9 @@ def run_training(
     if cfg is None:
         return 2
     from trainer.run_lock import RunFolderInUse
+    from trainer.run_logger import TrackerStartError
 
-    errors = {RunFolderInUse: 1, **((errors() if callable(errors) else errors) or {})}
+    errors = {RunFolderInUse: 1, TrackerStartError: 1, **((errors() if callable(errors) else errors) or {})}
     known = tuple(errors)
     try:
         trainer = build(cfg)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
 
 from trainer.commands import add_config_arguments
 
@@ -49,16 +51,45 @@ def run(args: argparse.Namespace) -> int:
     except subprocess.CalledProcessError as exc:
         print(f"error: the run failed ({exc}); see run.log in its folder; run the same command again to resume")
         return 1
-    names = front["names"]
-    print(f"{'estimator':<12} {'w':>3}  " + "  ".join(f"{n[:14]:>14}" for n in names) + "  front")
-    for p in front["points"]:
-        cells = []
-        for n in names:
-            c = p["percent"][n]
-            cells.append(f"{c['mean']:6.1f}±{c['ci95']:<6.1f}" if c["ci95"] is not None else f"{c['mean']:6.1f}       ")
-        print(f"{p['estimator']:<12} {p['weighting']:>3}  " + "  ".join(f"{c:>14}" for c in cells)
-              + ("  *" if p["non_dominated"] else ""))
-    print(f"hypervolume (percent^{len(names)}, reference 0 %): {front['hypervolume']:.1f}; "
+    for line in front_table(front, args.weights):
+        print(line)
+    print(f"hypervolume (percent^{len(front['names'])}, reference 0 %): {front['hypervolume']:.1f}; "
           + ", ".join(f"{e} {v:.1f}" for e, v in front["hypervolume_by_estimator"].items()))
     print(f"wall time {front['wall_seconds']:.0f} s; runs {front['runs_done']}")
     return 0
+
+
+def _weights_text(given: Any) -> str:
+    """A weighting as given: numbers as ``0.5 0 0.5``, anything else (a mapping, a schedule) as JSON."""
+    if isinstance(given, (list, tuple)) and all(isinstance(w, (int, float)) for w in given):
+        return " ".join(f"{w:.3g}" for w in given)
+    return json.dumps(given, separators=(",", ":"))
+
+
+def front_table(front: dict[str, Any], weights_spec: str) -> list[str]:
+    """The lines of the sweep's table: a header saying what the numbers are, then one row per
+    point (estimator, weighting index with its weights, each component's mean and interval in
+    percent of its range, ``*`` on the Pareto front)."""
+    names, points = front["names"], front["points"]
+    seeds = sorted({len(p["seeds"]) for p in points}) or [0]
+    counted = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+    per = ("per unit of each component's range" if weights_spec.startswith("simplex:")
+           else "algorithm.reward_weights as given")
+    lines = [
+        f"each component: the greedy eval mean over {counted} seed(s) ± the half-width of its 95 % "
+        "t-interval,",
+        "  in percent of the component's range (0 = its low bound, 100 = its high bound)",
+        f"weights: {per}, in the order {', '.join(names)}; * = on the Pareto front",
+    ]
+    labels = [f"w{p['weighting']} ({_weights_text(p['weights'])})" for p in points]
+    width = max([len("weighting"), *map(len, labels)])
+    lines.append(f"{'estimator':<12} {'weighting':<{width}}  " + "  ".join(f"{name[:14]:>14}" for name in names)
+                 + "  front")
+    for p, label in zip(points, labels):
+        cells = []
+        for name in names:
+            c = p["percent"][name]
+            cells.append(f"{c['mean']:.1f} ± {c['ci95']:.1f} %" if c["ci95"] is not None else f"{c['mean']:.1f} %")
+        lines.append(f"{p['estimator']:<12} {label:<{width}}  " + "  ".join(f"{c:>14}" for c in cells)
+                     + ("  *" if p["non_dominated"] else ""))
+    return lines
