@@ -152,3 +152,30 @@ def test_bad_arguments_are_one_line(tmp_path):
     assert missing.returncode == 2 and "no_such_regime.yaml" in missing.stdout and "Traceback" not in missing.stderr
     unknown = _corrgrpo("arena", "arena/scale.yaml", "--estimators", "nope", cwd=tmp_path)
     assert unknown.returncode == 2 and "nope" in unknown.stdout and "Traceback" not in unknown.stderr
+
+
+def test_advice_on_the_grpo_runs_is_checked_against_the_arena(tmp_path):
+    """The quickstart's GRPO log (dominance, duplicates, falling letters) as each seed's run:
+    each recommended estimator is a hit, miss or unresolved by its paired interval."""
+    from tests.test_advice_quickstart import _quickstart_records
+    from trainer.arena import ArenaPlan
+    from trainer.arena_report import check_advice
+
+    plan = ArenaPlan(tmp_path, {"toy": ROOT / "env_configs/arena/scale.yaml"}, ["grpo", "gdpo", "corrgrpo"],
+                     2, [], {"toy": 30}, None)
+    for seed in range(2):
+        run = tmp_path / "toy" / "grpo" / f"s{seed}"
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _quickstart_records()))
+        (run / "config.json").write_text(json.dumps({"algorithm": {"estimator": "grpo"}}))
+    result = {"regimes": {"toy": {"estimators": {
+        "grpo": {"vs_baseline": {}},
+        "gdpo": {"vs_baseline": {"score": {"diff": 4.0, "ci95": 1.5}}},
+        "corrgrpo": {"vs_baseline": {"score": {"diff": -0.5, "ci95": 2.0}}},
+    }}}}
+    out = check_advice(plan, result)
+    verdicts = {(c["advice"], c["estimator"]): c["verdict"] for c in out["checks"]}
+    assert verdicts[("dominant", "gdpo")] == "hit" and verdicts[("duplicates", "corrgrpo")] == "unresolved"
+    assert all(c["grpo_runs_with_finding"] == 2 and c["of_runs"] == 2 for c in out["checks"])
+    assert out["hits"] == sum(v == "hit" for v in verdicts.values()) and out["misses"] == 0
+    assert out["hit_rate"] == pytest.approx(out["hits"] / len(out["checks"]))

@@ -37,7 +37,7 @@ from trainer.arena import BASELINE, ArenaPlan
 from trainer.paired_stats import holm, interval, paired_difference, tiers
 from trainer.pareto import non_dominated
 
-__all__ = ["LAST", "analyze", "estimator_seconds", "report_markdown", "versions", "write_report"]
+__all__ = ["LAST", "analyze", "check_advice", "estimator_seconds", "report_markdown", "versions", "write_report"]
 
 #: A run's final value of a reward is the mean of its last LAST steps' batch means.
 LAST = 5
@@ -154,6 +154,44 @@ def analyze(plan: ArenaPlan) -> dict[str, Any]:
     return result
 
 
+def check_advice(plan: ArenaPlan, result: dict[str, Any]) -> dict[str, Any]:
+    """What ``corrgrpo advise`` recommends on each regime's GRPO runs, checked against the arena.
+
+    For each finding on a GRPO run whose advice names estimators to try, and each such estimator
+    the arena trained, the verdict of its paired difference to GRPO on the held-out score: a
+    *hit* where the 95 % interval lies above 0, a *miss* where it lies below, *unresolved* where
+    it contains 0. The hit rate is hits over all checked recommendations.
+    """
+    from trainer.advice.findings import advise
+
+    checks = []
+    for regime, entry in result["regimes"].items():
+        runs = [plan.out / regime / BASELINE / f"s{s}" for s in range(plan.seeds)]
+        runs = [r for r in runs if (r / "metrics.jsonl").exists()]
+        if not runs:
+            continue
+        fired: dict[tuple[str, str], int] = {}
+        for finding in advise([str(r) for r in runs]):
+            for estimator in finding.recommendation.estimators:
+                key = (finding.advice_key or finding.condition, estimator)
+                fired[key] = fired.get(key, 0) + (finding.run != "all")
+        for (advice, estimator), count in sorted(fired.items()):
+            versus = entry["estimators"].get(estimator, {}).get("vs_baseline", {}).get("score")
+            if versus is None:
+                continue
+            low = versus["diff"] - (versus["ci95"] or math.inf)
+            high = versus["diff"] + (versus["ci95"] or math.inf)
+            verdict = "hit" if low > 0 else "miss" if high < 0 else "unresolved"
+            checks.append({"regime": regime, "advice": advice, "estimator": estimator,
+                           "grpo_runs_with_finding": count, "of_runs": len(runs),
+                           "score_diff": versus["diff"], "ci95": versus["ci95"], "verdict": verdict})
+    hits = sum(c["verdict"] == "hit" for c in checks)
+    misses = sum(c["verdict"] == "miss" for c in checks)
+    return {"checks": checks, "hits": hits, "misses": misses,
+            "unresolved": len(checks) - hits - misses,
+            "hit_rate": hits / len(checks) if checks else None}
+
+
 def _goal(cfg: Any) -> str:
     """What a good estimator should do in the regime, when its env says (Regime-v0 does)."""
     regime = cfg.env.get("regime")
@@ -239,6 +277,22 @@ def report_markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
             row = entry["estimators"][e]
             lines.append(f"| {e} | {_cell(row['seconds_per_step'], 2)} | {row['estimator_seconds'] * 1e3:.3f} |")
         lines.append("")
+    advice = result.get("advice")
+    if advice and advice["checks"]:
+        rate = advice["hit_rate"]
+        lines += ["## Advice checked against the arena", "",
+                  f"`corrgrpo advise` on each regime's GRPO runs, and whether the estimator it recommends beat "
+                  f"GRPO on the held-out score (hit: the paired 95 % interval above 0; miss: below 0; else "
+                  f"unresolved). Hit rate {advice['hits']}/{len(advice['checks'])}"
+                  + (f" ({100 * rate:.0f} %)" if rate is not None else "")
+                  + f", misses {advice['misses']}.", "",
+                  "| regime | advice | recommends | GRPO runs with the finding | score vs GRPO | verdict |",
+                  "|---|---|---|---|---|---|"]
+        for c in advice["checks"]:
+            half = "" if c["ci95"] is None else f" [±{c['ci95']:.1f}]"
+            lines.append(f"| {c['regime']} | {c['advice']} | {c['estimator']} | {c['grpo_runs_with_finding']} of "
+                         f"{c['of_runs']} | {c['score_diff']:+.1f}{half} | {c['verdict']} |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -306,6 +360,7 @@ def write_report(plan: ArenaPlan, command: str, wall_seconds: float | None = Non
             "run_commands": {r.label: ["corrgrpo", "train", r.config, *r.overrides, f"train.seed={r.seed}"]
                              for r in plan.runs()}}
     result["meta"] = meta
+    result["advice"] = check_advice(plan, result)
     (plan.out / "results.json").write_text(json.dumps(result, indent=1))
     (plan.out / "report.md").write_text(report_markdown(result, meta))
     if any(entry["estimators"] for entry in result["regimes"].values()):
