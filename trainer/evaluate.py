@@ -6,7 +6,10 @@ records go to the environment's own ``metrics`` function.
 
 from __future__ import annotations
 
+import json
+import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +128,36 @@ def evaluate(
         "metrics": metrics,
         "records": records,
     }
+
+
+def non_finite(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """``(path, value)`` of every NaN or infinity in a JSON-like value (numpy scalars included)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from non_finite(v, f"{path}/{k}" if path else str(k))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from non_finite(v, f"{path}/{i}")
+    elif not isinstance(value, (bool, str, type(None))):
+        try:
+            if not math.isfinite(float(value)):  # type: ignore[arg-type]
+                yield path, value
+        except (TypeError, ValueError):
+            pass
+
+
+def write_evaluation(result: dict[str, Any], out: str | Path) -> Path:
+    """Write :func:`evaluate`'s result as JSON to ``out``.
+
+    ValueError (nothing written) for a NaN or infinite value: JSON has none, and such a value
+    is a broken env, not a score to write down.
+    """
+    bad = list(non_finite(result))
+    if bad:
+        shown = ", ".join(f"{path} = {value}" for path, value in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        raise ValueError(f"non-finite value(s) in the evaluation of {result['env']}: {shown}; nothing written")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2, default=str, allow_nan=False)
+    return out

@@ -1,9 +1,9 @@
 """Train-then-evaluate runs in worker processes, resumable: what ``sweep`` and ``arena`` share.
 
-A :class:`QueuedRun` is one ``corrgrpo train`` (with periodic checkpoints and
-``train.resume=auto``) followed by one ``corrgrpo eval`` of its final checkpoint on the eval
-split, both in one worker process (``python -m trainer.run_queue``), so a run pays for one
-interpreter start. The evaluation is written under a temporary name and renamed when complete:
+A :class:`QueuedRun` is one training run (``trainer.trainer.train``, with periodic checkpoints
+and ``train.resume=auto``) followed by one evaluation of its final checkpoint on the eval split
+(``trainer.evaluate.evaluate``), both in one worker process (``python -m trainer.run_queue``),
+so a run pays for one interpreter start. The evaluation is written under a temporary name and renamed when complete:
 a run whose ``eval.json`` exists is finished and skipped; one without is resumed from its latest
 checkpoint (or only evaluated, when training had finished). :func:`run_all` runs a list of them
 ``parallel`` at a time and reports each as it ends, with the time left at the pace so far; a
@@ -31,7 +31,7 @@ EVAL_FILE = "eval.json"
 
 @dataclass(frozen=True)
 class QueuedRun:
-    """One run: ``corrgrpo train CONFIG OVERRIDES``, then ``corrgrpo eval`` of its last checkpoint.
+    """One run: training with ``CONFIG OVERRIDES``, then the evaluation of its last checkpoint.
 
     Attributes:
         label: how progress lines and errors name the run.
@@ -59,21 +59,21 @@ class QueuedRun:
     def finished(self) -> bool:
         return (self.folder / EVAL_FILE).exists()
 
-    def commands(self, save_every: int, threads: int) -> list[list[str]]:
-        """The ``corrgrpo`` command lines still to run (train unless its final checkpoint exists)."""
+    def job(self, save_every: int, threads: int) -> dict[str, Any]:
+        """What the worker does: the training overrides (None when the final checkpoint exists,
+        so only the evaluation is left) and the evaluation's settings."""
         final = self.folder / f"checkpoint-{self.steps}"
-        commands = []
+        train = None
         if not (final / "checkpoint.json").exists():
-            commands.append(["train", self.config, *self.overrides,
-                             f"train.seed={self.seed}", f"train.output_dir={self.folder}",
-                             "train.resume=auto", f"train.save_every={save_every}",
-                             "train.save_final=true", "train.progress=false", f"train.steps={self.steps}",
-                             f"rollout.torch_threads={threads}"])
-        limit = ["--limit", str(self.eval_limit)] if self.eval_limit else []
-        commands.append(["eval", self.config, *self.overrides, f"train.seed={self.seed}",
-                         "--checkpoint", str(final), "--split", "eval",
-                         "--out", str(self.folder / (EVAL_FILE + ".partial")), *limit, *self.eval_options])
-        return commands
+            train = [*self.overrides, f"train.seed={self.seed}", f"train.output_dir={self.folder}",
+                     "train.resume=auto", f"train.save_every={save_every}", "train.save_final=true",
+                     "train.progress=false", f"train.steps={self.steps}", f"rollout.torch_threads={threads}"]
+        return {"config": self.config, "train": train,
+                "eval": {"overrides": [*self.overrides, f"train.seed={self.seed}",
+                                       f"rollout.torch_threads={threads}"],
+                         "checkpoint": str(final), "limit": self.eval_limit,
+                         "greedy": "--sample" not in self.eval_options,
+                         "out": str(self.folder / (EVAL_FILE + ".partial"))}}
 
 
 def threads_per_run(parallel: int) -> int:
@@ -89,15 +89,16 @@ def run_one(run: QueuedRun, save_every: int, threads: int) -> dict[str, Any]:
     """
     if run.finished:
         return {"run": run.label, "status": "skipped"}
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
+           "HF_HUB_DISABLE_PROGRESS_BARS": os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "1")}
     run.folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    commands = run.commands(save_every, threads)
+    job = run.job(save_every, threads)
     status = "evaluated"
-    if len(commands) == 2:
+    if job["train"] is not None:
         status = "resumed" if any(run.folder.glob("checkpoint-*")) else "trained"
     with open(run.folder / "run.log", "a", encoding="utf-8") as out:
-        subprocess.run([sys.executable, "-m", "trainer.run_queue", json.dumps(commands)],
+        subprocess.run([sys.executable, "-m", "trainer.run_queue", json.dumps(job)],
                        check=True, env=env, stdout=out, stderr=subprocess.STDOUT)
     os.replace(run.folder / (EVAL_FILE + ".partial"), run.folder / EVAL_FILE)  # finished from now on
     if not run.keep_checkpoints:
@@ -149,14 +150,21 @@ def _clock(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def _worker(commands: list[list[str]]) -> int:
-    """Run ``corrgrpo`` commands one after the other in this process; stop at the first failure."""
-    from trainer.cli import main
+def _worker(job: dict[str, Any]) -> int:
+    """Train (unless only the evaluation is left), then evaluate the final checkpoint: one job."""
+    from trainer.config import load_config
+    from trainer.evaluate import evaluate, write_evaluation
+    from trainer.threads import apply_threads
+    from trainer.trainer import train
 
-    for command in commands:
-        code = main(command)
-        if code:
-            return code
+    if job["train"] is not None:
+        train(load_config(job["config"], job["train"]))
+    spec = job["eval"]
+    cfg = load_config(job["config"], spec["overrides"])
+    apply_threads(cfg.rollout.torch_threads)
+    result = evaluate(cfg, checkpoint=spec["checkpoint"], split="eval", limit=spec["limit"],
+                      greedy=spec["greedy"], progress=False)
+    write_evaluation(result, spec["out"])
     return 0
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import math
 from pathlib import Path
 
 from trainer.commands import add_config_arguments, load_or_report
@@ -31,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
     from corrgrpo_envs.integrations.openenv_client import RemoteEnvError
     from trainer.config import load_config
-    from trainer.evaluate import evaluate
+    from trainer.evaluate import evaluate, write_evaluation
     from trainer.threads import apply_threads
 
     console = Console(stderr=True)
@@ -53,17 +51,12 @@ def run(args: argparse.Namespace) -> int:
     except RemoteEnvError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         return 1
-    bad = list(_non_finite(result))
-    if bad:  # JSON has no infinity: a value like this is a broken env, not a score to write down
-        shown = ", ".join(f"{path} = {value}" for path, value in bad[:5]) + (" ..." if len(bad) > 5 else "")
-        console.print(f"[red]error:[/red] non-finite value(s) in the evaluation of "
-                      f"{escape(str(result['env']))}: {escape(shown)}; nothing written", soft_wrap=True)
-        return 1
     base = Path(args.checkpoint) if args.checkpoint else Path("runs") / f"{cfg.name}-eval"
-    out = Path(args.out) if args.out else base / f"eval-{args.split}-{args.policy}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2, default=str, allow_nan=False)
+    try:
+        out = write_evaluation(result, args.out or base / f"eval-{args.split}-{args.policy}.json")
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        return 1
     table = Table(title=escape(f"{result['env']} ({result['split']}, {result['tasks']} tasks, {args.policy})"))
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -72,22 +65,6 @@ def run(args: argparse.Namespace) -> int:
     Console().print(table)
     console.print(f"written to {out}")
     return 0
-
-
-def _non_finite(value: object, path: str = ""):
-    """``(path, value)`` of every NaN or infinity in a JSON-like value (numpy scalars included)."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _non_finite(v, f"{path}/{k}" if path else str(k))
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            yield from _non_finite(v, f"{path}/{i}")
-    elif not isinstance(value, (bool, str, type(None))):
-        try:
-            if not math.isfinite(float(value)):  # type: ignore[arg-type]
-                yield path, value
-        except (TypeError, ValueError):
-            pass
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
