@@ -9,7 +9,7 @@ import argparse
 import pytest
 
 from corrgrpo_envs.code.commands import run
-from corrgrpo_envs.redteam import code_domain  # noqa: F401 - registers the code domain's classes
+from corrgrpo_envs.redteam import channels, code_domain  # noqa: F401 - register the code domain's classes
 from corrgrpo_envs.redteam import registry as redteam
 from corrgrpo_sandbox.bwrap import bwrap_unavailable_reason
 from corrgrpo_sandbox.docker import docker_available
@@ -38,7 +38,9 @@ def test_every_attack_class_holds_on_the_process_backend(capsys):
 
 #: The sandbox's kernel-level classes, run on the other backends too.
 SANDBOX_CLASSES = ["hidden_cpu_time", "keyrings", "abstract_socket", "nested_capabilities",
-                   "file_watches", "carried_attributes", "spoofed_status"]
+                   "file_watches", "carried_attributes", "spoofed_status", "dnotify_channel",
+                   "file_lock_channel", "proc_locks", "page_cache_channel", "ipc_channel",
+                   "shared_file_marks"]
 
 
 @pytest.mark.skipif(bool(bwrap_unavailable_reason()), reason=f"bwrap: {bwrap_unavailable_reason()}")
