@@ -27,11 +27,13 @@ pytest.importorskip("openenv", reason="the openenv extra is not installed")
 httpx = pytest.importorskip("httpx")
 
 from corrgrpo_envs.integrations.openenv_limits import TOKEN_VARIABLE, is_loopback  # noqa: E402
+from tests.openenv_attacks import SQUATTERS  # noqa: E402
 from tests.openenv_servers import ROOT, Server, free_port  # noqa: E402
 
 ENV = "corrgrpo/ToolCall-v0"  # 1000 tasks, ~0.15 s to build: listings and env builds cost the server
 NAME = "ToolCall-v0"
 MAX_SESSIONS = 16
+QUOTA = MAX_SESSIONS // 2  # --sessions-per-client's default: half of --max-sessions
 DETACHED_S = 3.0
 MEMORY_MB = 100
 TOKEN = "s3cret-token-for-tests"
@@ -233,6 +235,28 @@ def test_without_the_token_every_path_but_health_is_refused(token_server):
     assert good.status_code == 200 and "reward_components" in good.json()["observation"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_websocket_squatters_hold_their_quota_and_no_more_while_other_clients_keep_working(server):
+    _, counts = _under_attack(server, "squat")
+    # 64 sockets from one address asking for state every 3 s: the quota's sessions, no more;
+    # the others were refused (CAPACITY_REACHED for the quota, RATE_LIMITED for the reconnects)
+    # and the legitimate client, from another address, opened its session and played.
+    assert counts["most_held_at_once"] == QUOTA, counts
+    refused = sum(n for key, n in counts.items() if key.startswith(("refused ", "closed 1013")))
+    assert refused >= SQUATTERS - QUOTA, counts
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_connect_close_churn_is_rate_limited_and_does_not_stall_sessions(server):
+    _, counts = _under_attack(server, "churn")
+    assert counts.get("opened and closed", 0) > 0 and counts.get("reset answered", 0) > 0, counts
+    refused = counts.get("reset refused RATE_LIMITED", 0) + counts.get("reset: closed 1013", 0)
+    assert refused > 0, counts
+    assert not [key for key in counts if "CAPACITY" in key or "Timeout" in key], counts
+
+
 def test_uvicorns_handshake_error_is_dropped_only_after_our_own_refusal():
     import logging
 
@@ -258,7 +282,7 @@ CHEAP = "corrgrpo/ScaleDominance-v0"  # built in milliseconds: many sessions ope
 def policy_server(tmp_path_factory):
     port = free_port()
     argv = [sys.executable, "-m", "corrgrpo_envs.serve", CHEAP, "--port", str(port), "--max-sessions", "8",
-            "--session-detached-s", "2", "--session-idle-s", "1.5"]
+            "--sessions-per-client", "16", "--session-detached-s", "2", "--session-idle-s", "1.5"]
     s = Server(argv, port, tmp_path_factory.mktemp("policy") / "serve.log", env={TOKEN_VARIABLE: None})
     try:
         yield s.start()
@@ -318,7 +342,7 @@ def test_a_quiet_websocket_session_is_closed_and_its_slot_freed(policy_server):
         quiet = time.monotonic() - start
     assert 1.4 <= quiet <= 10, quiet
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
-    assert "no message for 1.5 s" in closed.value.rcvd.reason
+    assert closed.value.rcvd.reason == "no reset or step for 1.5 s: session closed"
     with connect(ws_url, open_timeout=30) as ws:  # a busy client is not idle: a step resets the clock
         for _ in range(4):
             ws.send(json.dumps({"type": "reset", "data": {}}))
@@ -344,6 +368,9 @@ def _serve_once(*args: str, env: dict[str, str] | None = None, cli: bool = False
         ([ENV, "split"], "'split' is not key=value"),
         ([ENV, "--session-idle-s", "0"], "session_idle_s must be a positive number"),
         ([ENV, "--token", ""], "--token is empty"),
+        ([ENV, "--sessions-per-client", "0"], "sessions_per_client must be a whole number of at least 1"),
+        ([ENV, "--connections-per-s", "0"], "connections_per_s must be a positive number"),
+        ([ENV, "--concurrent-builds", "0"], "concurrent_builds must be a whole number of at least 1"),
     ],
 )
 def test_a_bad_env_or_argument_is_one_error_line_before_anything_is_announced(args, says):
