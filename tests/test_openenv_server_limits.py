@@ -12,6 +12,7 @@ server's memory must stay within 100 MB of idle.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -348,6 +349,52 @@ def test_a_quiet_websocket_session_is_closed_and_its_slot_freed(policy_server):
             ws.send(json.dumps({"type": "reset", "data": {}}))
             assert json.loads(ws.recv(timeout=30))["type"] == "observation"
             time.sleep(0.5)
+
+
+def _wait_until_its_one_session_is_gone(port: int) -> None:
+    """Poll, with a connection that only asks for state, until a client whose quota is one
+    session may open another: the server has closed (and destroyed) the one it held."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    deadline = time.monotonic() + 30
+    while True:
+        with connect(f"ws://127.0.0.1:{port}/ws", open_timeout=30) as ws:
+            with contextlib.suppress(ConnectionClosed):  # a refusal may close before the request goes out
+                ws.send(json.dumps({"type": "state"}))
+            answer = json.loads(ws.recv(timeout=30))  # the refusal's error frame came before its close
+        # (a refused connection held no session; one that was answered is destroyed before
+        # the server acknowledges its close, so the quota is free again once `with` ends)
+        if answer["type"] == "state":
+            return
+        assert answer["data"]["code"] == "CAPACITY_REACHED", answer
+        assert time.monotonic() < deadline, "the old session was never closed"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(180)
+def test_the_trainers_client_plays_on_across_the_closes_of_its_old_sessions(tmp_path):
+    from corrgrpo_envs.integrations.openenv_client import OpenEnvEnv
+
+    port = free_port()
+    argv = [sys.executable, "-m", "corrgrpo_envs.serve", CHEAP, "--port", str(port), "--session-max-age-s", "1",
+            "--sessions-per-client", "1", "--connections-per-s", "1000"]
+    server = Server(argv, port, tmp_path / "serve.log", env={TOKEN_VARIABLE: None}).start()
+    try:
+        env = OpenEnvEnv(server.url, retries=0, timeout_s=30.0)
+        try:
+            rewards = []
+            for seed in range(3):
+                env.reset(seed=seed)
+                rewards.append(env.step("0.5")[1].tolist())
+                # between episodes, past its age: the server closes the session; the next reset
+                # opens a new one (OpenEnv's client reopens a socket the server closed)
+                _wait_until_its_one_session_is_gone(port)
+        finally:
+            env.close()
+    finally:
+        server.stop()
+    assert rewards[0] == rewards[1] == rewards[2] and len(rewards[0]) == 3, rewards
 
 
 def _serve_once(*args: str, env: dict[str, str] | None = None, cli: bool = False) -> subprocess.CompletedProcess:
