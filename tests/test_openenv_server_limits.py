@@ -241,7 +241,7 @@ def test_without_the_token_every_path_but_health_is_refused(token_server):
 def test_websocket_squatters_hold_their_quota_and_no_more_while_other_clients_keep_working(server):
     _, counts = _under_attack(server, "squat")
     # 64 sockets from one address asking for state every 3 s: the quota's sessions, no more;
-    # the others were refused (CAPACITY_REACHED for the quota, RATE_LIMITED for the reconnects)
+    # the others were refused (CAPACITY_REACHED for the quota, close code 1013 for the reconnects)
     # and the legitimate client, from another address, opened its session and played.
     assert counts["most_held_at_once"] == QUOTA, counts
     refused = sum(n for key, n in counts.items() if key.startswith(("refused ", "closed 1013")))
@@ -253,8 +253,7 @@ def test_websocket_squatters_hold_their_quota_and_no_more_while_other_clients_ke
 def test_connect_close_churn_is_rate_limited_and_does_not_stall_sessions(server):
     _, counts = _under_attack(server, "churn")
     assert counts.get("opened and closed", 0) > 0 and counts.get("reset answered", 0) > 0, counts
-    refused = counts.get("reset refused RATE_LIMITED", 0) + counts.get("reset: closed 1013", 0)
-    assert refused > 0, counts
+    assert counts.get("reset: closed 1013", 0) > 0, counts  # refused for the rate: closed before the reset
     assert not [key for key in counts if "CAPACITY" in key or "Timeout" in key], counts
 
 

@@ -13,7 +13,7 @@ is re-implemented:
   requests run one at a time and a bounded number wait (503 beyond), so a flood of cheap
   requests cannot take the event loop from the sessions. New WebSocket connections are
   rate-limited per client (:mod:`~corrgrpo_envs.integrations.openenv_admission`; refused
-  with an error frame and close code 1013). A WebSocket session is closed (code 1001) when
+  with close code 1013 and the reason). A WebSocket session is closed (code 1001) when
   its client has neither reset nor stepped for ``session_idle_s`` (a ``state`` request is
   not activity), or once it is older than ``session_max_age_s``.
 * :class:`LimitedEnvServer` is OpenEnv's server with a session policy and no env work on
@@ -54,7 +54,6 @@ from openenv.core.env_server.types import (
     ConcurrencyConfig,
     Observation,
     State,
-    WSErrorResponse,
 )
 
 from corrgrpo_envs.integrations.openenv_admission import (
@@ -109,8 +108,6 @@ AGE_QUIET_S = 2.0
 TRY_AGAIN_LATER = 1013
 #: The close code of a session the server ended (idle, too old, or its slot given to another client).
 GOING_AWAY = 1001
-#: The error code of a connection refused for the client's connection rate (next to OpenEnv's own codes).
-RATE_LIMITED = "RATE_LIMITED"
 
 
 @dataclass(frozen=True)
@@ -443,7 +440,7 @@ class BoundaryMiddleware:
         client = _CLIENT.get()
         wait_s = self._rate.admit(client, time.monotonic())
         if wait_s > 0:
-            await self._refuse_connection(receive, send, RATE_LIMITED, (
+            await self._refuse_connection(receive, send, (
                 f"too many new connections from {client}: at most {self.limits.connections_per_s:g} a second "
                 f"after a burst of {self._rate.burst}; retry in {wait_s:.1f} s"))
             return
@@ -465,15 +462,17 @@ class BoundaryMiddleware:
             _CONNECTION.reset(mark)
 
     @staticmethod
-    async def _refuse_connection(receive: Receive, send: Send, code: str, detail: str) -> None:
-        """Refuse a WebSocket the way OpenEnv refuses one at capacity: an error frame its client
-        raises with, then the close (code 1013, try again later) with the reason."""
+    async def _refuse_connection(receive: Receive, send: Send, reason: str) -> None:
+        """Refuse a WebSocket with a close frame: code 1013 (try again later) and the reason.
+
+        Nothing else is sent: a churning client gets its refusal for the least work, and a
+        trainer's client sees a closed connection, a fault it retries elsewhere or later
+        (an OpenEnv error frame would be an answer, which it does not retry).
+        """
         if (await receive())["type"] != "websocket.connect":
             return
         await send({"type": "websocket.accept"})
-        frame = WSErrorResponse(data={"message": detail, "code": code})
-        await send({"type": "websocket.send", "text": frame.model_dump_json()})
-        await send({"type": "websocket.close", "code": TRY_AGAIN_LATER, "reason": _close_reason(detail)})
+        await send({"type": "websocket.close", "code": TRY_AGAIN_LATER, "reason": _close_reason(reason)})
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
