@@ -202,6 +202,11 @@ class WebSocketConnection:
             return idle_due, GOING_AWAY, f"no reset or step for {self.idle_s:g} s: session closed"
         return age_due, GOING_AWAY, f"session older than {self.max_age_s:g} s: closed (open a new one)"
 
+    @property
+    def waiting_for_client(self) -> bool:
+        """The app is waiting for the client's next message (none is being answered)."""
+        return self._waiting is not None
+
     def close_now(self, code: int, reason: str) -> None:
         """End the connection: at once if it is waiting for its client, else before its next message."""
         self._forced = (code, _close_reason(reason))
@@ -710,8 +715,8 @@ class LimitedEnvServer(HTTPEnvServer):
             return
         quiet_since = time.monotonic() - self.detached_s
         idle = [(env.last_active, sid) for sid, connection in self._connections.items()
-                if (env := connection.session) is not None and not env.busy and not env.in_episode
-                and env.last_active <= quiet_since]
+                if connection.waiting_for_client and (env := connection.session) is not None
+                and not env.busy and not env.in_episode and env.last_active <= quiet_since]
         if idle:
             _, victim = min(idle)
             self._connections[victim].close_now(GOING_AWAY, (
