@@ -68,6 +68,7 @@ __all__ = [
     "ServerLimits",
     "BoundaryMiddleware",
     "LimitedEnvServer",
+    "WebSocketConnection",
     "is_loopback",
 ]
 
