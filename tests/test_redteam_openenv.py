@@ -17,7 +17,8 @@ from corrgrpo_envs.redteam import command
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = ["openenv_server_session_flood", "openenv_server_oversize_body", "openenv_server_request_flood",
-          "openenv_server_reference_answers", "openenv_server_token"]
+          "openenv_server_reference_answers", "openenv_server_token", "openenv_server_websocket_squatters",
+          "openenv_server_connection_churn"]
 CLIENT = ["openenv_client_trickle", "openenv_client_huge_observation", "openenv_client_lying_rewards"]
 
 
