@@ -69,8 +69,9 @@ def compute_advantages(
             ``saw``, ``gd2po`` ... or a registered one) or an entry point
             ``package.module:function``.
         weights: ``[K]`` finite reward weights, default ones.
-        token_counts: ``[N]`` trained tokens of each response, or None. Estimators whose
-            authors weigh batch means by tokens (verl's ``masked_whiten``: ``saw``, ``gd2po``)
+        token_counts: ``[N]`` trained tokens of each response, or None: the one source of
+            token counts (``RewardGroups.token_counts``). Estimators whose authors weigh batch
+            means by tokens (verl's ``masked_whiten``: ``saw``, ``gd2po``, ``dara``, ``rvpo``)
             read them; without them every response counts once.
         **options: the estimator's options (e.g. ``scale`` for grpo, ``eps``,
             ``min_denominator`` for corrgrpo).
