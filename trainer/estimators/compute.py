@@ -45,6 +45,19 @@ class AdvantageResult:
         return None if weight is None else weight.to(torch.float32)
 
     @property
+    def loss_weighted_advantages(self) -> torch.Tensor:
+        """``[N]`` float32 ``advantages * loss_weight``: what to give a loss that takes no
+        per-response weight (TRL's, verl's), so that it weighs each response's policy term.
+
+        The weight is >= 0 and a PPO-clip term ``min(r A, clip(r) A)`` (and every other policy
+        term that is a sign-dependent multiple of ``A``) is positively homogeneous in ``A``:
+        ``min(r wA, clip(r) wA) = w min(r A, clip(r) A)`` for ``w >= 0``. A KL or entropy term,
+        which does not contain ``A``, keeps its weight of 1.
+        """
+        weight = self.loss_weight
+        return self.advantages if weight is None else self.advantages * weight
+
+    @property
     def metrics(self) -> dict[str, float]:
         """The estimator's own diagnostics of the batch (empty when it reports none)."""
         found = None if self.decomposition is None else self.decomposition.metrics
