@@ -4,8 +4,9 @@ ENV is a registered id, an entry point ``package.module:attribute`` or an env YA
 ``key=value`` arguments after it are the env's keyword arguments (a value that reads as
 JSON is that number, boolean, list or object; anything else is a string).
 The server is the ``openenv`` package's own (extra ``openenv``), run by uvicorn, with the
-limits of :mod:`corrgrpo_envs.integrations.openenv_limits` (token, body cap, idle sessions,
-reference answers off unless ``--serve-references``).
+limits of :mod:`corrgrpo_envs.integrations.openenv_limits` (token, body cap, idle and old
+sessions, sessions and new connections per client, env builds at once, reference answers off
+unless ``--serve-references``).
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 for other machines)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
-    parser.add_argument("--max-sessions", type=int, default=64, help="concurrent sessions per worker")
+    parser.add_argument("--max-sessions", type=int, default=128, help="concurrent sessions per worker")
     parser.add_argument(
-        "--token", default=None,
-        help="shared token: every path but /health then needs 'Authorization: Bearer TOKEN' "
+        "--token", action="append", default=None,
+        help="token: every path but /health then needs 'Authorization: Bearer TOKEN'; give it once per "
+        "client to count each client's sessions and connections by its token rather than its address "
         "(default: the CORRGRPO_OPENENV_TOKEN environment variable; none when unset)",
     )
     parser.add_argument(
@@ -50,12 +52,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--session-idle-s", type=float, default=600.0,
-        help="close a WebSocket session whose client sends nothing for this many seconds",
+        help="close a WebSocket session whose client neither resets nor steps for this many seconds "
+        "(state requests do not count)",
     )
     parser.add_argument(
         "--session-detached-s", type=float, default=60.0,
         help="close a session with no WebSocket (made over HTTP /mcp, or whose WebSocket closed) "
-        "this many seconds after its last request",
+        "this many seconds after its last request; at a full server, a WebSocket session between "
+        "episodes that has been quiet this long gives its slot to a new client",
+    )
+    parser.add_argument(
+        "--session-max-age-s", type=float, default=3600.0,
+        help="close a WebSocket session older than this between episodes (mid-episode, "
+        "--session-idle-s later); OpenEnv's client opens a new one on its next call",
+    )
+    parser.add_argument(
+        "--sessions-per-client", type=int, default=None,
+        help="sessions one client (an address, or a token) may hold at once "
+        "(default: half of --max-sessions)",
+    )
+    parser.add_argument(
+        "--connections-per-s", type=float, default=5.0,
+        help="new WebSocket connections a client may open each second, after a burst of "
+        "--sessions-per-client; beyond it a connection is refused (close code 1013)",
+    )
+    parser.add_argument(
+        "--concurrent-builds", type=int, default=1,
+        help="session envs built at once (each on its session's first reset, never on connect)",
     )
     parser.add_argument("--log-level", default="warning")
 
@@ -80,27 +103,32 @@ def run(args: argparse.Namespace) -> int:
             "pip install -e '.[openenv]' && pip install --no-deps openenv==0.10.0"
         )
         return 2
-    token = args.token if args.token is not None else os.environ.get(TOKEN_VARIABLE, "")
-    if args.token is not None and not args.token:
+    if args.token is not None and not all(args.token):
         print("error: --token is empty")
         return 2
+    from_variable = os.environ.get(TOKEN_VARIABLE, "")
+    tokens = tuple(args.token) if args.token is not None else ((from_variable,) if from_variable else ())
     try:
         limits = ServerLimits(
-            token=token or None,
+            tokens=tokens,
             session_idle_s=args.session_idle_s,
             detached_s=args.session_detached_s,
+            session_max_age_s=args.session_max_age_s,
+            sessions_per_client=args.sessions_per_client,
+            connections_per_s=args.connections_per_s,
+            concurrent_builds=args.concurrent_builds,
             serve_references=args.serve_references,
         )
     except ValueError as exc:
         print(f"error: {exc}")
         return 2
-    if limits.token is None and not is_loopback(args.host):
+    if not limits.tokens and not is_loopback(args.host):
         print(
             f"warning: serving on {args.host} without a token: anyone who can reach port {args.port} "
             f"can open sessions and use the env; pass --token or set {TOKEN_VARIABLE}",
             flush=True,
         )
-    notes = [n for n, on in (("token required", limits.token), ("references served", limits.serve_references)) if on]
+    notes = [n for n, on in (("token required", limits.tokens), ("references served", limits.serve_references)) if on]
 
     def announce() -> None:
         extra = f"; {', '.join(notes)}" if notes else ""

@@ -7,7 +7,7 @@ interpreter, the extra ``paths``, each bound read-only; the ``hide`` paths
 inside them covered; nothing else of the host), a private ``/dev`` with
 only ``null``, ``zero``, ``random`` and ``urandom`` (read-only, plus a
 size-capped ``/dev/shm``), a private ``/proc`` (bubblewrap keeps ``/proc/sys``
-read-only), size-capped private ``/tmp`` and ``/var/tmp``, new user, pid, network, IPC and UTS namespaces,
+read-only; ``/proc/locks`` cannot be opened), size-capped private ``/tmp`` and ``/var/tmp``, new user, pid, network, IPC and UTS namespaces,
 uid/gid 65534 inside, a new session, and the sandbox dies with its parent. The
 program (fresh) or the fork server is the namespace's pid 1: there is no
 bubblewrap init a program could ptrace.
@@ -41,7 +41,7 @@ from corrgrpo_sandbox.cgroups import (
 )
 from corrgrpo_sandbox.forkserver import ForkingSandbox
 from corrgrpo_sandbox.hostuser import host_is_root, sandbox_uid
-from corrgrpo_sandbox.process import PRIVATE_TMPFS, keep_visible
+from corrgrpo_sandbox.process import MASKED_PROC, PRIVATE_TMPFS, keep_visible
 from corrgrpo_sandbox.types import SANDBOX_CWD, Limits, RunResult, SandboxUnavailable, new_token
 from corrgrpo_sandbox.view import filesystem_view, interpreter_roots
 
@@ -190,6 +190,9 @@ class BwrapSandbox(ForkingSandbox):
         for point in PRIVATE_TMPFS:
             steps.append((point, ["--size", size, "--perms", "1777", "--tmpfs", point]))
         steps += [("/dev", _dev_options()), ("/proc", ["--proc", "/proc"])]
+        # every open-file-description lock of the host and of other sandboxes is listed there
+        # (a nodev bind of /dev/null: the file cannot be opened)
+        steps += [(path, ["--ro-bind", "/dev/null", path]) for path in MASKED_PROC]
         cmd = [self._bwrap]
         for _, options in sorted(steps, key=lambda s: s[0].split("/")):
             cmd += options

@@ -14,7 +14,8 @@ the engine's seccomp profile with the denials of
 :mod:`~corrgrpo_sandbox.syscall_filter` stacked on it, and as a fresh
 unprivileged uid (:func:`~corrgrpo_sandbox.hostuser.sandbox_uid`:
 containers share no ``RLIMIT_NPROC`` count and cannot signal one another).
-Docker keeps ``/proc/sys`` read-only and gives each container its own ``/dev``.
+Docker keeps ``/proc/sys`` read-only and gives each container its own ``/dev``; the backend
+masks ``/proc/locks`` besides the engine's own masked paths (:data:`MASKED_PATHS`).
 
 The container's first process is the relay (:mod:`~corrgrpo_sandbox.docker_relay`),
 which the host drives over the container's attach stream:
@@ -62,7 +63,7 @@ from corrgrpo_sandbox.types import (
     new_token,
 )
 
-__all__ = ["DEFAULT_IMAGE", "DockerEngineError", "DockerSandbox", "docker_available",
+__all__ = ["DEFAULT_IMAGE", "MASKED_PATHS", "DockerEngineError", "DockerSandbox", "docker_available",
            "engine_address"]
 
 #: The image ``scripts/docker_engine.sh`` builds (Debian bookworm, python3 3.11); override
@@ -72,6 +73,14 @@ DEFAULT_IMAGE = os.environ.get("CORRGRPO_DOCKER_IMAGE", "corrgrpo/python:bookwor
 #: Memory a container needs on top of the program's limit: the relay, and the fork server.
 _RELAY_MB = 32
 _SERVER_MB = 64
+
+#: What of ``/proc`` and ``/sys`` each container sees as an empty file or folder: the engine's
+#: own default list (Docker 20.10 to 27; the engine takes a given list in its place), and
+#: ``/proc/locks``, which lists every open-file-description lock of the host and of every
+#: other container.
+MASKED_PATHS = ("/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+                "/sys/firmware", "/sys/devices/virtual/powercap", "/proc/locks")
 
 #: Label on every container this backend starts (``corrgrpo.owner`` names the sandbox).
 LABEL = "corrgrpo.sandbox"
@@ -243,7 +252,8 @@ class DockerSandbox(ForkingSandbox):
 
     # ------------------------------------------------------------ containers
     def _create_args(self, limits: Limits, relay: dict, extra_memory_mb: int) -> dict[str, Any]:
-        """``containers.create`` keyword arguments: the relay and every isolation option."""
+        """``client.api.create_container`` keyword arguments: the relay and every isolation
+        option (the host config built by the SDK, with :data:`MASKED_PATHS`)."""
         from docker.types import LogConfig
 
         uid = sandbox_uid()
@@ -253,20 +263,23 @@ class DockerSandbox(ForkingSandbox):
         if self._seccomp_json is not None:
             security.append(f"seccomp={self._seccomp_json}")
         config = {"filter": self._filter, **relay}
+        host_config = self._client().api.create_host_config(
+            network_mode="none", read_only=True, ipc_mode="none",
+            tmpfs={"/tmp": tmpfs, "/var/tmp": tmpfs, "/dev/shm": tmpfs},
+            mem_limit=memory, memswap_limit=memory,
+            pids_limit=int(limits.processes) + 8, nano_cpus=int(self.cpus * 1e9),
+            cap_drop=["ALL"], security_opt=security,
+            log_config=LogConfig(type=LogConfig.types.NONE), auto_remove=True)
+        # (the SDK has no argument for it; the engine takes the list in place of its default)
+        host_config["MaskedPaths"] = list(MASKED_PATHS)
         return {
             "image": self.image,
             "command": relay_command(self.python, config),
-            "network_mode": "none", "read_only": True, "ipc_mode": "none",
-            "tmpfs": {"/tmp": tmpfs, "/var/tmp": tmpfs, "/dev/shm": tmpfs},
-            "mem_limit": memory, "memswap_limit": memory,
-            "pids_limit": int(limits.processes) + 8, "nano_cpus": int(self.cpus * 1e9),
-            "cap_drop": ["ALL"], "security_opt": security, "user": f"{uid}:{uid}",
-            "working_dir": "/tmp", "environment": dict(MINIMAL_ENV),
-            "log_config": LogConfig(type=LogConfig.types.NONE),
+            "user": f"{uid}:{uid}", "working_dir": "/tmp", "environment": dict(MINIMAL_ENV),
             "labels": {LABEL: "1", "corrgrpo.owner": self.owner},
             # attached (detach=False) with stdin open: the SDK sets StdinOnce, so the container
             # sees the end of its stdin once the host's attach stream closes
-            "detach": False, "stdin_open": True, "auto_remove": True,
+            "detach": False, "stdin_open": True, "host_config": host_config,
         }
 
     def containers(self) -> list[str]:

@@ -99,7 +99,8 @@ class ContainerSession:
 
     Args:
         client: a ``docker.DockerClient``.
-        create: keyword arguments of ``client.containers.create`` (image, command, limits).
+        create: keyword arguments of ``client.api.create_container`` (image, command, and
+            the host config with the limits).
         backend: the backend name put in results.
         start_timeout: seconds to wait for the relay's ``ready``.
         errors: turns a ``docker.errors.DockerException`` into the exception to raise.
@@ -128,7 +129,7 @@ class ContainerSession:
         self._docker_socket = docker_socket
         self.container = None
         try:
-            self.container = client.containers.create(**create)
+            self.container = client.containers.get(client.api.create_container(**create)["Id"])
             # attached before the start: nothing the relay writes is lost
             self._sock = client.api.attach_socket(
                 self.container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})

@@ -6,7 +6,8 @@ root (a tmpfs it pivots into) that holds only the allow-list view of the host
 (:mod:`corrgrpo_sandbox.view`: system folders, a minimal ``/etc``, the
 interpreter, the extra ``paths``, each bound read-only, the ``hide`` paths inside
 them covered), gives the program private, size-capped ``/tmp``, ``/var/tmp`` and
-``/dev/shm``, mounts a ``/proc`` that shows only the sandbox's own processes,
+``/dev/shm``, mounts a ``/proc`` that shows only the sandbox's own processes (and
+not ``/proc/locks``: :data:`MASKED_PROC`),
 drops every capability and sets resource limits.
 The wall timeout kills the whole process group; the pid namespace takes any
 child the program left behind with it.
@@ -44,8 +45,8 @@ from corrgrpo_sandbox.hostuser import host_is_root, sandbox_uid
 from corrgrpo_sandbox.types import SANDBOX_CWD, Limits, RunResult, SandboxDowngrade, new_token
 from corrgrpo_sandbox.view import filesystem_view, interpreter_roots
 
-__all__ = ["ProcessSandbox", "interpreter_roots", "isolation_warning",
-           "keep_visible"]
+__all__ = ["MASKED_PROC", "PRIVATE_TMPFS", "ProcessSandbox", "interpreter_roots",
+           "isolation_warning", "keep_visible"]
 
 
 def keep_visible(covered: list[str], python: str, extra: list[str]) -> list[str]:
@@ -60,6 +61,10 @@ def keep_visible(covered: list[str], python: str, extra: list[str]) -> list[str]
 
 #: Folders every sandbox replaces with its own empty, size-capped tmpfs (writable).
 PRIVATE_TMPFS = ("/tmp", "/var/tmp", "/dev/shm")
+
+#: Files of a sandbox's ``/proc`` that cannot be opened: ``/proc/locks`` lists the
+#: open-file-description locks of every pid namespace (the host's, other sandboxes').
+MASKED_PROC = ("/proc/locks",)
 
 
 def isolation_warning(wanted: str, got: str, reason: str) -> None:
@@ -177,6 +182,7 @@ class ProcessSandbox(ForkingSandbox):
         view = filesystem_view(self.python, self.paths, self.hide, PRIVATE_TMPFS)
         config = {
             "cwd": SANDBOX_CWD, "isolate_fs": True, "drop_caps": True,
+            "masked_proc": list(MASKED_PROC),
             "tmpfs": list(PRIVATE_TMPFS), "view": view.header(),
             "tmpfs_bytes": int(limits.file_size_mb) << 20,
             "keep": keep_visible(list(PRIVATE_TMPFS), self.python, self.paths),

@@ -12,8 +12,10 @@ for this machine.
 
 The filter returns ``EPERM`` for every entry of :data:`DENIED` (``clone3`` gets
 ``ENOSYS``: its flags live in memory a filter cannot read, and C libraries fall
-back to ``clone``, whose flags it can). The reason for each entry is in
-:data:`DENIED` and in the threat model of ``docs/code.md``.
+back to ``clone``, whose flags it can), and for the calls of :data:`DENIED_VALUES`
+and :data:`DENIED_FLAGS` when one argument asks for what a program may not do
+(``fcntl`` with a lock or notification command...). The reason for each entry is
+in those tables and in the threat model of ``docs/code.md``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import warnings
 
 from corrgrpo_sandbox.types import SandboxDowngrade
 
-__all__ = ["DENIED", "program_filter", "seccomp_unavailable_reason", "syscall_numbers"]
+__all__ = ["DENIED", "DENIED_FLAGS", "DENIED_VALUES", "program_filter",
+           "seccomp_unavailable_reason", "syscall_numbers"]
 
 #: The system calls the runner makes by number (the C library wraps none of them): ``keyctl``
 #: to join a fresh session keyring, ``ioprio_get``/``ioprio_set`` for a fork server to check
@@ -71,6 +74,46 @@ DENIED: dict[str, str] = {
     "fanotify_init": "file-access notification of whole mounts and file systems (as inotify, "
                      "wider; unprivileged since Linux 5.13)",
     "fanotify_mark": "file-access notification (see fanotify_init)",
+    "flock": "a whole-file lock lives on the host's file, which every sandbox binds read-only "
+             "and may lock: a program can set and test locks another one sees (a channel "
+             "between concurrent programs); a program's own files need none",
+    "io_setup": "Linux native AIO: its reads carry RWF_NOWAIT in memory a filter cannot read, "
+                "which tells whether a shared file's page is in the page cache",
+    "io_submit": "Linux native AIO (see io_setup)",
+    "cachestat": "page-cache state of a file (the kernel also refuses it for a file the "
+                 "caller may not write; denied in case a kernel does not)",
+}
+
+#: ``fcntl`` commands (its second argument) that reach the host's file behind a descriptor:
+#: record locks and leases live on that file, directory notifications watch it.
+_FCNTL_DENIED = {
+    5: "F_GETLK: tests record locks (see F_SETLK)",
+    6: "F_SETLK: a record lock on a read-only file of the host is seen by every sandbox "
+       "(64 bits in 64 bytes of one file); a program's own files need none",
+    7: "F_SETLKW (see F_SETLK)",
+    36: "F_OFD_GETLK (see F_SETLK)",
+    37: "F_OFD_SETLK (see F_SETLK; open-file-description locks also show in every "
+        "/proc/locks)",
+    38: "F_OFD_SETLKW (see F_OFD_SETLK)",
+    1024: "F_SETLEASE: a lease reports every other opening of a file",
+    1025: "F_GETLEASE (see F_SETLEASE)",
+    1026: "F_NOTIFY: directory notifications (dnotify) on the host folders every sandbox "
+          "binds see the files a concurrent program or the host reads, and signal them",
+}
+
+#: Calls denied when one argument (its low 32 bits, as the kernel reads an ``int``) has one of
+#: some values: ``{call: (argument index, {value: why})}``.
+DENIED_VALUES: dict[str, tuple[int, dict[int, str]]] = {
+    "fcntl": (1, _FCNTL_DENIED),
+    "fadvise64": (3, {4: "POSIX_FADV_DONTNEED evicts a shared file's pages from the page "
+                      "cache, which a concurrent program can then see refilled (and slows "
+                      "the host)"}),
+}
+
+#: Calls denied when one argument has a flag: ``{call: (argument index, flag, why)}``.
+DENIED_FLAGS: dict[str, tuple[int, int, str]] = {
+    "preadv2": (5, 0x8, "RWF_NOWAIT: a read that fails unless the page is in the page cache "
+                        "tells which pages of a shared file another program has read"),
 }
 
 
@@ -111,6 +154,14 @@ def _build() -> tuple[bytes, str]:
                                                         CLONE_NEWUSER, CLONE_NEWUSER))
             else:
                 filt.add_rule(nosys if name == "clone3" else deny, name)
+        for name, (index, values) in DENIED_VALUES.items():
+            if pyseccomp.resolve_syscall(arch, name) >= 0:
+                for value in values:
+                    filt.add_rule(deny, name, pyseccomp.Arg(index, pyseccomp.MASKED_EQ,
+                                                            0xFFFFFFFF, value))
+        for name, (index, flag, _why) in DENIED_FLAGS.items():
+            if pyseccomp.resolve_syscall(arch, name) >= 0:
+                filt.add_rule(deny, name, pyseccomp.Arg(index, pyseccomp.MASKED_EQ, flag, flag))
         with tempfile.TemporaryFile() as out:
             filt.export_bpf(out)
             out.seek(0)

@@ -7,7 +7,9 @@ libseccomp, for this host's machine. A Docker engine may run on another machine
 this module assembles them for the engine's machine from its system-call table:
 a classic BPF program over ``struct seccomp_data`` that returns ``EPERM`` for
 every entry (``clone``/``unshare`` only when their flags ask for a new user
-namespace), ``ENOSYS`` for ``clone3`` (its flags sit in memory a filter cannot
+namespace; the calls of :data:`~corrgrpo_sandbox.seccomp.DENIED_VALUES` and
+:data:`~corrgrpo_sandbox.seccomp.DENIED_FLAGS` only for those values or flags of
+one argument, whose low 32 bits it compares), ``ENOSYS`` for ``clone3`` (its flags sit in memory a filter cannot
 read, so C libraries fall back to ``clone``), ``EPERM`` for any call made through
 another ABI of the machine (``int 0x80``, x32), and allows the rest. Filters
 stack: installed under a container engine's own profile, a call runs only when
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import struct
 
-from corrgrpo_sandbox.seccomp import CLONE_NEWUSER, DENIED
+from corrgrpo_sandbox.seccomp import CLONE_NEWUSER, DENIED, DENIED_FLAGS, DENIED_VALUES
 
 __all__ = ["canonical_machine", "denial_filter", "filter_architectures", "runner_syscall_numbers",
            "syscall_numbers"]
@@ -42,7 +44,9 @@ _ARCHES: dict[str, dict] = {
             "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430,
             "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435, "mount_setattr": 442,
             "inotify_init": 253, "inotify_add_watch": 254, "inotify_init1": 294,
-            "fanotify_init": 300, "fanotify_mark": 301,
+            "fanotify_init": 300, "fanotify_mark": 301, "fcntl": 72, "flock": 73,
+            "fadvise64": 221, "preadv2": 327, "io_setup": 206, "io_submit": 209,
+            "cachestat": 451,
         },
     },
     "aarch64": {
@@ -56,7 +60,8 @@ _ARCHES: dict[str, dict] = {
             "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435, "mount_setattr": 442,
             # (no inotify_init: the generic table has only inotify_init1)
             "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262,
-            "fanotify_mark": 263,
+            "fanotify_mark": 263, "fcntl": 25, "flock": 32, "fadvise64": 223, "preadv2": 286,
+            "io_setup": 0, "io_submit": 2, "cachestat": 451,
         },
     },
 }
@@ -79,7 +84,8 @@ _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
 _EPERM = 1
 _ENOSYS = 38
-# offsets in struct seccomp_data: nr, arch, instruction_pointer, args[6] (little endian)
+# offsets in struct seccomp_data: nr, arch, instruction_pointer, args[6] (little endian: an
+# argument's low 32 bits first, 8 bytes apart)
 _NR, _ARCH, _ARG0_LOW = 0, 4, 16
 
 
@@ -94,8 +100,9 @@ def filter_architectures() -> tuple[str, ...]:
 
 
 def syscall_numbers(machine: str) -> dict[str, int]:
-    """The numbers of the denied calls (:data:`~corrgrpo_sandbox.seccomp.DENIED`) on
-    ``machine`` (those the machine has: aarch64 has no ``inotify_init``)."""
+    """The numbers of the denied calls (:data:`~corrgrpo_sandbox.seccomp.DENIED`, and those
+    denied for some arguments) on ``machine`` (those the machine has: aarch64 has no
+    ``inotify_init``)."""
     arch = _ARCHES.get(_ARCH_ALIASES.get(machine, machine))
     if arch is None:
         raise ValueError(f"no system-call filter for architecture {machine!r}; "
@@ -137,5 +144,14 @@ def denial_filter(machine: str) -> bytes:
             prog += [(_JEQ_K, 0, 1, numbers[name]), (_RET_K, 0, 0, _ERRNO | _ENOSYS)]
         else:
             prog += [(_JEQ_K, 0, 1, numbers[name]), deny]
+    for name, (index, values) in DENIED_VALUES.items():
+        if name in numbers:  # nr == N: load the argument; each value: denied; else allowed
+            tests = [(_JEQ_K, len(values) - i, 0, value) for i, value in enumerate(values)]
+            prog += [(_JEQ_K, 0, len(tests) + 3, numbers[name]),
+                     (_LD_W_ABS, 0, 0, _ARG0_LOW + 8 * index), *tests, allow, deny]
+    for name, (index, flag, _why) in DENIED_FLAGS.items():
+        if name in numbers:
+            prog += [(_JEQ_K, 0, 4, numbers[name]), (_LD_W_ABS, 0, 0, _ARG0_LOW + 8 * index),
+                     (_JSET_K, 0, 1, flag), deny, allow]
     prog.append(allow)
     return b"".join(struct.pack("<HBBI", *op) for op in prog)

@@ -12,7 +12,7 @@ import signal
 from dataclasses import dataclass, field
 
 __all__ = ["MINIMAL_ENV", "SANDBOX_CWD", "Limits", "RunResult", "SandboxDowngrade", "decided_status",
-           "SandboxUnavailable", "new_token"]
+           "SandboxUnavailable", "new_token", "signal_name"]
 
 #: The whole environment a sandboxed program sees (no variable of the parent leaks).
 MINIMAL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
@@ -129,5 +129,17 @@ def decided_status(reported: str | None, over: str | None, returncode: int | Non
     if reported is not None:
         return reported
     if returncode is not None and returncode < 0:
-        return f"killed:{signal.Signals(-returncode).name}"
+        return f"killed:{signal_name(-returncode)}"
     return "killed"
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; real-time signals, which have no name of their own, as ``SIGRTMIN+k``
+    (a program may die of any signal it sends itself or asks the kernel to send it)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        low = getattr(signal, "SIGRTMIN", 0)
+        if low and low <= number <= getattr(signal, "SIGRTMAX", 0):
+            return f"SIGRTMIN+{number - low}"
+        return f"SIG{number}"

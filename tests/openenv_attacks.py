@@ -19,7 +19,15 @@ The attack says ``attacking`` on stderr once under way, and stops at SIGTERM.
   ``/schema``, ``/metadata``), 32 at a time;
 * ``references``: ``/{name}/task`` (reference answers), 32 at a time;
 * ``token``: every kind of request without the token or with a wrong one, and
-  WebSocket handshakes without it, 32 at a time.
+  WebSocket handshakes without it, 32 at a time;
+* ``squat``: 64 WebSocket sessions from another address (:data:`ATTACKER_ADDRESS`), each
+  holding its slot with one cheap ``state`` message every 3 s, and reconnecting a second
+  after it is refused or closed;
+* ``churn``: WebSocket connections opened and closed at once from another address, 16 at a
+  time; one in four sends a ``reset`` first (which builds the session's env).
+
+The WebSocket attacks come from :data:`ATTACKER_ADDRESS`, a loopback address other than the
+legitimate client's: a limit per client must tell them apart, as it would two machines.
 """
 
 from __future__ import annotations
@@ -36,6 +44,11 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+#: The source address of the WebSocket attacks (any 127.0.0.0/8 address is this machine on Linux).
+ATTACKER_ADDRESS = "127.0.0.2"
+#: Sessions the squatter holds, and the seconds between its ``state`` messages.
+SQUATTERS = 64
+SQUAT_EVERY_S = 3.0
 BIG_BODY = 256 << 20
 CHUNK = 1 << 20
 #: An attack runs until SIGTERM (the test stops it when its probe is done) or this many seconds.
@@ -266,6 +279,90 @@ async def wrong_token(url: str, seconds: float, token: str | None) -> dict[str, 
     return counts
 
 
+def _ws_url(url: str) -> str:
+    return url.replace("http://", "ws://", 1) + "/ws"
+
+
+def _closed_code(exc: BaseException) -> str:
+    """``closed CODE`` for a connection the server closed (``ConnectionClosed``), else the error's name."""
+    from websockets.exceptions import ConnectionClosed
+
+    if isinstance(exc, ConnectionClosed) and exc.rcvd is not None:
+        return f"closed {exc.rcvd.code}"
+    return type(exc).__name__
+
+
+async def squat(url: str, seconds: float, token: str | None) -> dict[str, Any]:
+    """Hold :data:`SQUATTERS` sessions with ``state`` messages only; count how the server answered."""
+    from websockets.asyncio.client import connect
+
+    counts: collections.Counter[str] = collections.Counter()
+    held = 0
+    most_held = 0
+    first_answers = asyncio.Semaphore(0)  # one release per squatter once its first try is answered
+    end = time.monotonic() + seconds
+
+    async def squatter() -> None:
+        nonlocal held, most_held
+        first = True
+        while time.monotonic() < end and not _STOP.is_set():
+            holding = False
+            try:
+                async with connect(_ws_url(url), open_timeout=30, local_addr=(ATTACKER_ADDRESS, 0),
+                                   compression=None) as ws:
+                    while time.monotonic() < end and not _STOP.is_set():
+                        await ws.send(json.dumps({"type": "state"}))
+                        reply = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                        if reply.get("type") != "state":
+                            counts[f"refused {reply.get('data', {}).get('code')}"] += 1
+                            break
+                        if not holding:
+                            holding, held = True, held + 1
+                            most_held = max(most_held, held)
+                            counts["sessions held"] += 1
+                        if first:
+                            first = False
+                            first_answers.release()
+                        await asyncio.sleep(SQUAT_EVERY_S)
+            except Exception as exc:  # a refused or closed connection is an outcome too
+                counts[_closed_code(exc)] += 1
+            finally:
+                if holding:
+                    held -= 1
+            if first:
+                first = False
+                first_answers.release()
+            await asyncio.sleep(1.0)
+
+    tasks = [asyncio.create_task(squatter()) for _ in range(SQUATTERS)]
+    for _ in range(SQUATTERS):  # every squatter has its slot, or was refused one, before the probe
+        await first_answers.acquire()
+    _started()
+    await asyncio.gather(*tasks)
+    return {**counts, "most_held_at_once": most_held}
+
+
+async def churn(url: str, seconds: float, token: str | None) -> dict[str, Any]:
+    """Open and close WebSocket connections as fast as the server takes them (one in four resets)."""
+    from websockets.asyncio.client import connect
+
+    async def one(i: int) -> str:
+        async with connect(_ws_url(url), open_timeout=30, local_addr=(ATTACKER_ADDRESS, 0),
+                           compression=None) as ws:
+            if i % 4:
+                return "opened and closed"
+            try:
+                await ws.send(json.dumps({"type": "reset", "data": {}}))
+                reply = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            except Exception as exc:  # refused before the reset went out: the close says why
+                return f"reset: {_closed_code(exc)}"
+            if reply.get("type") == "error":
+                return f"reset refused {reply.get('data', {}).get('code')}"
+            return "reset answered"
+
+    return await _hammer(seconds, 16, one)
+
+
 async def _env_name(url: str) -> str:
     import httpx
 
@@ -273,7 +370,8 @@ async def _env_name(url: str) -> str:
         return (await client.get("/list_environments")).json()[0]
 
 
-ATTACKS = {"sessions": sessions, "body": body, "flood": flood, "references": references, "token": wrong_token}
+ATTACKS = {"sessions": sessions, "body": body, "flood": flood, "references": references, "token": wrong_token,
+           "squat": squat, "churn": churn}
 
 
 def main(argv: list[str] | None = None) -> int:

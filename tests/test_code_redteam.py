@@ -5,14 +5,26 @@ sandbox-free probes."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 import pytest
 
 from corrgrpo_envs.code.commands import run
-from corrgrpo_envs.redteam import code_domain  # noqa: F401 - registers the code domain's classes
+from corrgrpo_envs.redteam import channels, code_domain  # noqa: F401 - register the code domain's classes
 from corrgrpo_envs.redteam import registry as redteam
 from corrgrpo_sandbox.bwrap import bwrap_unavailable_reason
 from corrgrpo_sandbox.docker import docker_available
+
+
+def _records(out: str) -> list[str]:
+    """The report's lines with each class's indented continuation lines joined to it."""
+    records: list[str] = []
+    for line in out.splitlines():
+        if line.startswith(" ") and records:
+            records[-1] += " " + line.strip()
+        else:
+            records.append(line)
+    return records
 
 
 def _args(**kwargs) -> argparse.Namespace:
@@ -27,7 +39,9 @@ def test_every_attack_class_holds_on_the_process_backend(capsys):
     # the OpenEnv boundary's classes run in a process of their own (tests/test_redteam_openenv.py)
     names = [a.name for a in redteam.ATTACKS if not a.name.startswith("openenv_")]
     code = run(_args(only=names))
-    out = capsys.readouterr().out.splitlines()
+    text = capsys.readouterr().out
+    assert max(map(len, text.splitlines())) <= 100, text
+    out = _records(text)
     assert code == 0, [line for line in out if not line.startswith("held")]
     for name in names:
         assert any(line.split()[:2] == ["held", name] for line in out), (name, out)
@@ -38,7 +52,9 @@ def test_every_attack_class_holds_on_the_process_backend(capsys):
 
 #: The sandbox's kernel-level classes, run on the other backends too.
 SANDBOX_CLASSES = ["hidden_cpu_time", "keyrings", "abstract_socket", "nested_capabilities",
-                   "file_watches", "carried_attributes", "spoofed_status"]
+                   "file_watches", "carried_attributes", "spoofed_status", "dnotify_channel",
+                   "file_lock_channel", "proc_locks", "page_cache_channel", "ipc_channel",
+                   "shared_file_marks"]
 
 
 @pytest.mark.skipif(bool(bwrap_unavailable_reason()), reason=f"bwrap: {bwrap_unavailable_reason()}")
@@ -55,7 +71,7 @@ def test_the_sandbox_classes_hold_on_docker(capsys):
     code = run(_args(backend="docker", only=SANDBOX_CLASSES))
     out = capsys.readouterr().out
     assert code == 0 and out.count("held ") == len(SANDBOX_CLASSES), out
-    (line,) = [ln for ln in out.splitlines() if ln.split()[1:2] == ["carried_attributes"]]
+    (line,) = [ln for ln in _records(out) if ln.split()[1:2] == ["carried_attributes"]]
     assert "io_priority" in line and line.endswith("carried to the next program: none"), line
 
 
@@ -78,7 +94,7 @@ def test_a_broken_or_failing_class_makes_the_command_fail(capsys, monkeypatch):
     with pytest.raises(ValueError, match="registered twice"):
         redteam.register("judge_probe", "again")(lambda t: (True, ""))
     code = run(_args(only=["always_broken", "always_failing", "judge_probe", "network"]))
-    out = capsys.readouterr().out.splitlines()
+    out = _records(capsys.readouterr().out)
     assert code == 1
     assert out[0].startswith("held    network")
     assert out[1].startswith("BROKEN  always_broken") and out[1].endswith("it broke")
@@ -110,3 +126,48 @@ def test_a_modules_probe_functions_become_classes(monkeypatch):
 def test_unknown_classes_are_named():
     with pytest.raises(ValueError, match="unknown attack classes"):
         redteam.run_attacks("process", ["no_such_attack"])
+
+
+def test_a_class_whose_optional_part_is_absent_is_skipped(capsys, monkeypatch):
+    """Without AgentDojo (a default set-up) its classes are skipped with the command that
+    installs it, the exit status counts only the classes that ran, and every line fits 100
+    columns."""
+    monkeypatch.setitem(sys.modules, "agentdojo", None)  # import agentdojo -> ImportError
+    from corrgrpo_envs.redteam.agentdojo_domain import PASTE_PROBES, register_paste_probes
+
+    register_paste_probes()
+    names = [f"agentdojo_{name}" for name in PASTE_PROBES]
+    code = run(_args(only=[*names, "network"]))
+    text = capsys.readouterr().out
+    assert code == 0 and max(map(len, text.splitlines())) <= 100, text
+    out = _records(text)
+    for name in names:
+        (line,) = [ln for ln in out if ln.split()[1:2] == [name]]
+        assert line.startswith("skipped") and line.endswith(
+            "agentdojo is not installed: pip install 'corrgrpo[agentdojo]'"), line
+    assert out[-1] == "1 of 1 attack classes held; 4 skipped (optional parts not installed)"
+
+
+def test_absent_openenv_classes_are_named_with_their_install_command(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "agentdojo", None)
+    monkeypatch.setitem(sys.modules, "openenv", None)
+    monkeypatch.setattr(redteam, "ATTACKS", [])  # only what register_domains adds: AgentDojo's
+    assert run(_args()) == 0
+    text = capsys.readouterr().out
+    assert max(map(len, text.splitlines())) <= 100, text
+    out = _records(text)
+    assert [line.split()[0] for line in out[:4]] == ["skipped"] * 4
+    assert out[4].startswith("skipped OpenEnv classes (openenv_server_*, openenv_client_*) absent")
+    assert out[4].endswith("pip install 'corrgrpo[openenv]' && pip install --no-deps openenv==0.10.0")
+    assert out[5] == "0 of 0 attack classes held; 4 skipped (optional parts not installed)"
+
+
+def test_long_details_wrap_under_their_class():
+    from corrgrpo_envs.redteam.command import outcome_lines
+
+    detail = " ".join(f"word{i}" for i in range(60))
+    lines = outcome_lines(redteam.Outcome("some_class", True, detail, 1.25))
+    assert lines[0].startswith("held    some_class") and " 1.2 s  word0 " in lines[0]
+    assert all(len(line) <= 100 for line in lines) and len(lines) == 6
+    assert all(line.startswith("        word") for line in lines[1:])
+    assert " ".join(line.strip() for line in lines).endswith(detail)

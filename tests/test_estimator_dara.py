@@ -78,12 +78,11 @@ def authors_dara(rewards, ids, weights, lengths, *, calibration="positive", w_ma
 
 
 def ours(batch, tokens=True, **options):
-    """Our float64 advantages (the sum of the decomposition) and metrics."""
-    groups = group_rewards(batch.rewards, batch.ids, batch.weights)
-    if tokens:
-        options["token_counts"] = batch.lengths
-    decomposition = get_estimator("dara").attribution(groups, **options)
-    return decomposition.parts.sum(dim=1).numpy(), decomposition.metrics
+    """Our float64 advantages (the sum of the decomposition) and metrics, the token counts given
+    to ``compute_advantages`` as the trainers give them."""
+    result = compute_advantages(batch.rewards, batch.ids, "dara", batch.weights,
+                                token_counts=batch.lengths if tokens else None, **options)
+    return result.decomposition.parts.sum(dim=1).numpy(), result.metrics
 
 
 def assert_equal(got, want):
@@ -148,12 +147,30 @@ def test_a_dead_reward_logs_w_max_and_adds_nothing():
     assert (result.decomposition.parts[:, 1] == 0).all()
 
 
-def test_options_are_checked():
-    rewards, ids = np.array([[0.0], [1.0]]), [0, 0]
-    for bad in ({"calibration": "both"}, {"w_max": 0.5}, {"normalise": "batch"}, {"singleton": "one"},
-                {"token_counts": [1, 0]}, {"token_counts": [1, 2, 3]}, {"tau": -1.0}):
-        with pytest.raises(ValueError):
-            compute_advantages(rewards, ids, "dara", **bad)
+@pytest.mark.parametrize(("options", "match"), [
+    ({"calibration": "both"}, "calibration must be one of 'positive', 'symmetric'"),
+    ({"w_max": 0.5}, "w_max must be a finite number >= 1"),
+    ({"normalise": "batch"}, "normalise must be one of 'tokens', 'responses', 'none'"),
+    ({"singleton": "one"}, "singleton must be one of 'raw', 'zero'"),
+    ({"tau": -1.0}, "tau must be a finite number >= 0"),
+    ({"token_counts": [1, 2, 3]}, r"token_counts must have shape \[N\] = \[2\]"),
+    ({"token_counts": [1, -2]}, "token_counts must be finite and >= 0"),
+])
+def test_options_are_checked(options, match):
+    with pytest.raises(ValueError, match=match):
+        compute_advantages(np.array([[0.0], [1.0]]), [0, 0], "dara", **options)
+
+
+def test_a_response_without_tokens_enters_neither_the_density_nor_the_whitening():
+    """verl's token tensors hold nothing for a response of no trained tokens; its own advantage
+    multiplies no token, so only the others' are compared."""
+    batch = next(b for b in BATCHES if b.name == "random0")
+    lengths = batch.lengths.astype(float)
+    lengths[0] = 0.0
+    got, _ = ours(batch._replace(lengths=lengths))
+    want, _, _ = authors_dara(batch.rewards, batch.ids, batch.weights, lengths)
+    assert_equal(got[1:], want[1:])
+    assert not np.allclose(got[1:], ours(batch)[0][1:], rtol=1e-6)  # the counts did matter
 
 
 @settings(max_examples=40, deadline=None)

@@ -59,11 +59,10 @@ def authors_rvpo(rewards, ids, weights, lengths, *, k=1.0, normalise="tokens", s
 
 
 def ours(batch, tokens=True, **options):
-    groups = group_rewards(batch.rewards, batch.ids, batch.weights)
-    if tokens:
-        options["token_counts"] = batch.lengths
-    decomposition = get_estimator("rvpo").attribution(groups, **options)
-    return decomposition.parts.sum(dim=1).numpy(), decomposition.metrics
+    """Our float64 advantages and metrics, the token counts given to ``compute_advantages``."""
+    result = compute_advantages(batch.rewards, batch.ids, "rvpo", batch.weights,
+                                token_counts=batch.lengths if tokens else None, **options)
+    return result.decomposition.parts.sum(dim=1).numpy(), result.metrics
 
 
 def assert_equal(got, want):
@@ -103,10 +102,16 @@ def test_a_reward_of_weight_zero_is_left_out():
     assert (with_zero.decomposition.parts[:, 1] == 0).all()
 
 
-def test_options_are_checked():
-    for bad in ({"k": 0.0}, {"k": math.inf}, {"normalise": "batch"}, {"singleton": "one"}):
-        with pytest.raises(ValueError):
-            compute_advantages(np.array([[0.0], [1.0]]), [0, 0], "rvpo", **bad)
+@pytest.mark.parametrize(("options", "match"), [
+    ({"k": 0.0}, "k must be a finite number > 0"),
+    ({"k": math.inf}, "k must be a finite number > 0"),
+    ({"normalise": "batch"}, "normalise must be one of 'tokens', 'responses', 'none'"),
+    ({"singleton": "one"}, "singleton must be one of 'raw', 'zero'"),
+    ({"whiten_eps": -1.0}, "whiten_eps must be a finite number >= 0"),
+])
+def test_options_are_checked(options, match):
+    with pytest.raises(ValueError, match=match):
+        compute_advantages(np.array([[0.0], [1.0]]), [0, 0], "rvpo", **options)
 
 
 def _soft_minimum_parts(seed: int, m: int, k: float):

@@ -32,8 +32,8 @@ from tests.verl_reference import (
 )
 from trainer.estimators import compute_advantages
 from trainer.estimators.groups import group_rewards
+from trainer.estimators.reward_metrics import estimator_metrics
 from trainer.estimators.saw import cv_weights
-from trainer.trainer import estimator_metrics
 
 BATCHES = batches()
 

@@ -12,6 +12,7 @@ server's memory must stay within 100 MB of idle.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -27,11 +28,13 @@ pytest.importorskip("openenv", reason="the openenv extra is not installed")
 httpx = pytest.importorskip("httpx")
 
 from corrgrpo_envs.integrations.openenv_limits import TOKEN_VARIABLE, is_loopback  # noqa: E402
+from tests.openenv_attacks import SQUATTERS  # noqa: E402
 from tests.openenv_servers import ROOT, Server, free_port  # noqa: E402
 
 ENV = "corrgrpo/ToolCall-v0"  # 1000 tasks, ~0.15 s to build: listings and env builds cost the server
 NAME = "ToolCall-v0"
 MAX_SESSIONS = 16
+QUOTA = MAX_SESSIONS // 2  # --sessions-per-client's default: half of --max-sessions
 DETACHED_S = 3.0
 MEMORY_MB = 100
 TOKEN = "s3cret-token-for-tests"
@@ -233,6 +236,27 @@ def test_without_the_token_every_path_but_health_is_refused(token_server):
     assert good.status_code == 200 and "reward_components" in good.json()["observation"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_websocket_squatters_hold_their_quota_and_no_more_while_other_clients_keep_working(server):
+    _, counts = _under_attack(server, "squat")
+    # 64 sockets from one address asking for state every 3 s: the quota's sessions, no more;
+    # the others were refused (CAPACITY_REACHED for the quota, close code 1013 for the reconnects)
+    # and the legitimate client, from another address, opened its session and played.
+    assert counts["most_held_at_once"] == QUOTA, counts
+    refused = sum(n for key, n in counts.items() if key.startswith(("refused ", "closed 1013")))
+    assert refused >= SQUATTERS - QUOTA, counts
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_connect_close_churn_is_rate_limited_and_does_not_stall_sessions(server):
+    _, counts = _under_attack(server, "churn")
+    assert counts.get("opened and closed", 0) > 0 and counts.get("reset answered", 0) > 0, counts
+    assert counts.get("reset: closed 1013", 0) > 0, counts  # refused for the rate: closed before the reset
+    assert not [key for key in counts if "CAPACITY" in key or "Timeout" in key], counts
+
+
 def test_uvicorns_handshake_error_is_dropped_only_after_our_own_refusal():
     import logging
 
@@ -258,7 +282,7 @@ CHEAP = "corrgrpo/ScaleDominance-v0"  # built in milliseconds: many sessions ope
 def policy_server(tmp_path_factory):
     port = free_port()
     argv = [sys.executable, "-m", "corrgrpo_envs.serve", CHEAP, "--port", str(port), "--max-sessions", "8",
-            "--session-detached-s", "2", "--session-idle-s", "1.5"]
+            "--sessions-per-client", "16", "--session-detached-s", "2", "--session-idle-s", "1.5"]
     s = Server(argv, port, tmp_path_factory.mktemp("policy") / "serve.log", env={TOKEN_VARIABLE: None})
     try:
         yield s.start()
@@ -318,12 +342,58 @@ def test_a_quiet_websocket_session_is_closed_and_its_slot_freed(policy_server):
         quiet = time.monotonic() - start
     assert 1.4 <= quiet <= 10, quiet
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
-    assert "no message for 1.5 s" in closed.value.rcvd.reason
+    assert closed.value.rcvd.reason == "no reset or step for 1.5 s: session closed"
     with connect(ws_url, open_timeout=30) as ws:  # a busy client is not idle: a step resets the clock
         for _ in range(4):
             ws.send(json.dumps({"type": "reset", "data": {}}))
             assert json.loads(ws.recv(timeout=30))["type"] == "observation"
             time.sleep(0.5)
+
+
+def _wait_until_its_one_session_is_gone(port: int) -> None:
+    """Poll, with a connection that only asks for state, until a client whose quota is one
+    session may open another: the server has closed (and destroyed) the one it held."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    deadline = time.monotonic() + 30
+    while True:
+        with connect(f"ws://127.0.0.1:{port}/ws", open_timeout=30) as ws:
+            with contextlib.suppress(ConnectionClosed):  # a refusal may close before the request goes out
+                ws.send(json.dumps({"type": "state"}))
+            answer = json.loads(ws.recv(timeout=30))  # the refusal's error frame came before its close
+        # (a refused connection held no session; one that was answered is destroyed before
+        # the server acknowledges its close, so the quota is free again once `with` ends)
+        if answer["type"] == "state":
+            return
+        assert answer["data"]["code"] == "CAPACITY_REACHED", answer
+        assert time.monotonic() < deadline, "the old session was never closed"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(180)
+def test_the_trainers_client_plays_on_across_the_closes_of_its_old_sessions(tmp_path):
+    from corrgrpo_envs.integrations.openenv_client import OpenEnvEnv
+
+    port = free_port()
+    argv = [sys.executable, "-m", "corrgrpo_envs.serve", CHEAP, "--port", str(port), "--session-max-age-s", "1",
+            "--sessions-per-client", "1", "--connections-per-s", "1000"]
+    server = Server(argv, port, tmp_path / "serve.log", env={TOKEN_VARIABLE: None}).start()
+    try:
+        env = OpenEnvEnv(server.url, retries=0, timeout_s=30.0)
+        try:
+            rewards = []
+            for seed in range(3):
+                env.reset(seed=seed)
+                rewards.append(env.step("0.5")[1].tolist())
+                # between episodes, past its age: the server closes the session; the next reset
+                # opens a new one (OpenEnv's client reopens a socket the server closed)
+                _wait_until_its_one_session_is_gone(port)
+        finally:
+            env.close()
+    finally:
+        server.stop()
+    assert rewards[0] == rewards[1] == rewards[2] and len(rewards[0]) == 3, rewards
 
 
 def _serve_once(*args: str, env: dict[str, str] | None = None, cli: bool = False) -> subprocess.CompletedProcess:
@@ -344,6 +414,9 @@ def _serve_once(*args: str, env: dict[str, str] | None = None, cli: bool = False
         ([ENV, "split"], "'split' is not key=value"),
         ([ENV, "--session-idle-s", "0"], "session_idle_s must be a positive number"),
         ([ENV, "--token", ""], "--token is empty"),
+        ([ENV, "--sessions-per-client", "0"], "sessions_per_client must be a whole number of at least 1"),
+        ([ENV, "--connections-per-s", "0"], "connections_per_s must be a positive number"),
+        ([ENV, "--concurrent-builds", "0"], "concurrent_builds must be a whole number of at least 1"),
     ],
 )
 def test_a_bad_env_or_argument_is_one_error_line_before_anything_is_announced(args, says):

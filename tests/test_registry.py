@@ -253,7 +253,7 @@ def test_an_oversized_or_binary_yaml_file_is_refused_before_parsing(tmp_path):
 
     big = tmp_path / "big.yaml"
     big.write_text("#" * (MAX_YAML_BYTES + 1))
-    with pytest.raises(ConfigError, match=r"big.yaml: larger than 4 MiB"):
+    with pytest.raises(ConfigError, match=r"big.yaml: larger than 128 KiB"):
         resolve(str(big))
     binary = tmp_path / "bin.yaml"
     binary.write_bytes(b"env:\n  id: \xff\xfe\n")

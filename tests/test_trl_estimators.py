@@ -25,19 +25,24 @@ from tests.launched import run_bounded
 from tests.ports import free_port
 from tests.trl_venv import ROOT, require_trl_venv, run_in_trl_venv, trl_venv_env
 from trainer.estimators import compute_advantages
-from trainer.estimators.reward_metrics import reward_metrics
+from trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
 from trainer.integrations.trl import (
     METRIC_PREFIX,
     CorrGRPOMixin,
     bounds_of,
     diagnostic_metrics,
     group_ids_of,
+    trained_tokens,
 )
 
 DOCS = ROOT / "docs" / "trl.md"
 README = ROOT / "README.md"
 NAMES = ["digits", "has_a", "word_with_a"]
 PLUGIN = "tests.test_trl_estimators:scaled_dr_grpo"
+#: the estimators of the issue's arena, beside today's eight
+NEW_ESTIMATORS = ["saw", "gd2po", "dara", "dvao", "rvpo", "rdpo"]
+#: those whose batch means weigh a response by its trained tokens
+TOKEN_WEIGHTED = {"saw", "gd2po", "dara", "rvpo"}
 
 
 def scaled_dr_grpo(groups, *, factor: float = 2.0) -> torch.Tensor:
@@ -49,14 +54,16 @@ def scaled_dr_grpo(groups, *, factor: float = 2.0) -> torch.Tensor:
 # Without TRL: the hooks on a stand-in for GRPOTrainer
 # --------------------------------------------------------------------------- #
 class _FakeGRPOTrainer:
-    """What the hooks read of TRL's GRPOTrainer; ``_calculate_rewards`` returns a fixed gathered matrix."""
+    """What the hooks read of TRL's GRPOTrainer; ``_calculate_rewards`` returns a fixed gathered matrix
+    and the batch's completions have the trained tokens ``lengths`` (default 4 each)."""
 
-    def __init__(self, *, rewards, num_generations, rank=0, world=1, weights=None, **_):
+    def __init__(self, *, rewards, num_generations, rank=0, world=1, weights=None, lengths=None, **_):
         self.gathered = torch.as_tensor(rewards, dtype=torch.float32)
+        self.lengths = torch.full((len(rewards),), 4.0) if lengths is None else torch.as_tensor(lengths).float()
         self.reward_func_names = list(NAMES)
         self.reward_weights = torch.tensor(weights or [1.0, 1.0, 1.0])
         self.num_generations = self.num_generations_eval = num_generations
-        self.accelerator = SimpleNamespace(process_index=rank, num_processes=world)
+        self.accelerator = SimpleNamespace(process_index=rank, num_processes=world, gather=self._gather)
         self.model = SimpleNamespace(training=True)
         self.state = SimpleNamespace(global_step=0)
         self.multi_objective_aggregation, self.scale_rewards = "sum_then_normalize", "group"
@@ -66,11 +73,23 @@ class _FakeGRPOTrainer:
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         return self.gathered.clone()
 
+    def _rows(self, local: int) -> slice:
+        rank = self.accelerator.process_index
+        return slice(rank * local, (rank + 1) * local)
+
+    def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """accelerate's gather: every process's tensor, concatenated in rank order."""
+        torch.testing.assert_close(tensor, self.lengths[self._rows(len(tensor))])  # this process's part
+        return self.lengths.clone()
+
     def _generate_and_score_completions(self, inputs):
         self._calculate_rewards(inputs, None, None, None)
         local = len(inputs)
         self._logs["advantages"].extend([7.0] * len(self.gathered))  # TRL's own, to be replaced
-        return {"advantages": torch.full((local,), 7.0)}
+        lengths = self.lengths[self._rows(local)]
+        width = int(self.lengths.max()) + 2  # padded, as TRL pads the completions
+        mask = (torch.arange(width)[None, :] < lengths[:, None]).long()
+        return {"advantages": torch.full((local,), 7.0), "completion_mask": mask}
 
 
 class _Hooked(CorrGRPOMixin, _FakeGRPOTrainer):
@@ -102,6 +121,36 @@ def test_each_process_takes_its_slice_of_the_advantages_of_the_gathered_batch():
     trainer = _Hooked(rewards=rewards, num_generations=4, rank=0, world=2)
     with pytest.raises(ValueError, match="16 gathered rewards for 2 processes of 6 completions"):
         trainer._generate_and_score_completions([{}] * 6)
+
+
+@pytest.mark.parametrize(("estimator", "options"), [(name, {}) for name in NEW_ESTIMATORS]
+                         + [("gd2po", {"keep_weight": "loss"})], ids=lambda v: v if isinstance(v, str) else "")
+def test_every_new_estimator_gets_the_gathered_token_counts_and_its_loss_weight(estimator, options):
+    rewards = _rewards(4)
+    lengths = np.random.default_rng(4).integers(1, 12, 16).astype(float)
+    whole = compute_advantages(rewards, np.arange(16) // 4, estimator, [1.0, 1.0, 1.0], token_counts=lengths,
+                               **options)
+    applied = whole.advantages if whole.loss_weight is None else whole.advantages * whole.loss_weight
+    for rank in (0, 1):
+        trainer = _Hooked(rewards=rewards, num_generations=4, rank=rank, world=2, lengths=lengths,
+                          estimator=estimator, estimator_options=options)
+        out = trainer._generate_and_score_completions([{}] * 8)
+        torch.testing.assert_close(out["advantages"], applied[rank * 8:(rank + 1) * 8], rtol=0, atol=0)
+        logged = {k: v[0] for k, v in trainer._metrics["train"].items()}
+        ours = estimator_metrics(whole.metrics, NAMES)
+        assert ours and all(logged[METRIC_PREFIX + key] == value for key, value in ours.items())
+    if estimator in TOKEN_WEIGHTED:  # the token counts changed the advantages
+        plain = compute_advantages(rewards, np.arange(16) // 4, estimator, [1.0, 1.0, 1.0], **options)
+        assert not torch.allclose(plain.advantages, whole.advantages, rtol=1e-3)
+    if options:  # GD²PO's keep weight on the loss: some prompts lost responses, their advantages shrink
+        assert (whole.loss_weight < 1).any() and not torch.equal(applied, whole.advantages)
+
+
+def test_tool_output_tokens_are_not_counted():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    tools = torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1]])
+    assert trained_tokens({"completion_mask": mask}).tolist() == [3.0, 4.0]
+    assert trained_tokens({"completion_mask": mask, "tool_mask": tools}).tolist() == [2.0, 4.0]
 
 
 def test_the_logged_diagnostics_are_those_of_our_trainer():
@@ -138,7 +187,7 @@ def test_weight_schedule_and_gates_reach_trls_reward_matrix_and_weights():
     trainer.state.global_step = 5
     gated = trainer._calculate_rewards(None, None, None, None)
     assert gated[:, 2].tolist() == [1.0, 0.0, 0.0, 0.0]  # word_with_a counts only where has_a is met
-    assert trainer.estimators.reward_weights.tolist() == [1.0, 1.5, 1.0]  # TRL's aggregation reads these
+    assert trainer.reward_weights.tolist() == [1.0, 1.5, 1.0]  # TRL's aggregation reads these
     metrics = trainer._metrics["train"]
     assert metrics["corrgrpo/gate/word_with_a/open_fraction"] == [0.5]
     assert metrics["corrgrpo/reward_raw/word_with_a/mean"] == [0.75]
@@ -221,11 +270,13 @@ def _trl_runs(workdir: str) -> dict:
 
         def _generate_and_score_completions(self, inputs):
             out = super()._generate_and_score_completions(inputs)
-            batches[-1].update(weights=self.reward_weights.tolist(), batch=out["advantages"].tolist())
+            batches[-1].update(weights=self.reward_weights.tolist(), batch=out["advantages"].tolist(),
+                               tokens=integration.trained_tokens(out).tolist())
             return out
 
         def _compute_loss(self, model, inputs):  # what the loss is given
             batches[-1]["applied"] += inputs["advantages"].reshape(-1).tolist()
+            self.loss_inputs = dict(inputs)
             return super()._compute_loss(model, inputs)
 
     integration.CorrGRPOTrainer = Recording  # the docs example imports it from the module
@@ -244,8 +295,13 @@ def _trl_runs(workdir: str) -> dict:
     from corrgrpo_envs.integrations.trl import for_trl
 
     setup = for_trl("corrgrpo/ScaleDominance-v0", split="all", num_tasks=8, reward_weights=[0.1, 1.0, 1.0])
-    for name, estimator, extra in [("mo_grpo", "mo_grpo", {}), ("plugin", PLUGIN, {}),
-                                   ("trl", None, {}), ("trl_nts", None, {"multi_objective_aggregation": "normalize_then_sum"})]:
+    # the new estimators' completions end early at random (EOS made likely), so their token counts differ
+    early_end = {"generation_kwargs": {"sequence_bias": [[[tokenizer.eos_token_id], 4.0]]}}
+    runs = [("mo_grpo", "mo_grpo", {}, {}), ("plugin", PLUGIN, {}, {}), ("trl", None, {}, {}),
+            ("trl_nts", None, {}, {"multi_objective_aggregation": "normalize_then_sum"})]
+    runs += [(name, name, {}, early_end) for name in NEW_ESTIMATORS]
+    runs += [("gd2po_loss", "gd2po", {"keep_weight": "loss"}, early_end)]
+    for name, estimator, options, extra in runs:
         batches.clear()
         model, tokenizer = _tiny_model_and_tokenizer()
         args = GRPOConfig(
@@ -255,10 +311,43 @@ def _trl_runs(workdir: str) -> dict:
             reward_weights=setup.reward_weights, **extra,
         )
         trainer = Recording(model=model, reward_funcs=setup.reward_funcs, args=args, train_dataset=setup.dataset,
-                            processing_class=tokenizer, estimator=estimator)
+                            processing_class=tokenizer, estimator=estimator, estimator_options=options)
         trainer.train()
         results[name] = {"batches": list(batches), "history": trainer.state.log_history}
+    results["loss_weight"] = _loss_weight_is_a_policy_term_weight(trainer)
     return results
+
+
+def _loss_weight_is_a_policy_term_weight(trainer) -> dict[str, list[float]]:
+    """For each of TRL's loss types, on a batch the trainer's loss saw with ratios away from 1: the
+    loss of the advantages times weights ``w``, ``sum_j w_j`` times the loss of response j's
+    advantage alone (its policy term), and the loss of the unweighted advantages."""
+    inputs = trainer.loss_inputs
+    rows = 6
+    inputs = {k: v[:rows] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == len(inputs["advantages"])
+              else v for k, v in inputs.items()}
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        logps = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attention,
+                                                           inputs["completion_ids"].shape[1])[0]
+        inputs["old_per_token_logps"] = logps + 0.6 * torch.randn(logps.shape, generator=generator)  # clipping
+    advantages = torch.randn(rows, generator=generator)
+    weights = torch.tensor([0.0, 0.5, 1.0, 2.0, 0.25, 1.5])
+    base = type(trainer).__mro__[1]  # CorrGRPOTrainer's loss, without the recorder
+
+    def loss(a: torch.Tensor) -> float:
+        with torch.no_grad():
+            return float(base._compute_loss(trainer, trainer.model, {**inputs, "advantages": a}))
+
+    out = {}
+    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"):
+        trainer.loss_type = loss_type
+        alone = [loss(advantages * (torch.arange(rows) == j)) for j in range(rows)]
+        out[loss_type] = [loss(advantages * weights), float(sum(w * v for w, v in zip(weights.tolist(), alone))),
+                          loss(advantages)]
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -277,8 +366,9 @@ def _check_batches(batches: list[dict], estimator: str, options: dict | None = N
     assert len(batches) == 2
     for b in batches:
         rewards = np.array(b["rewards"])
-        ours = compute_advantages(rewards, np.arange(len(rewards)) // 4, estimator, b["weights"], **(options or {}))
-        np.testing.assert_allclose(b["batch"], ours.advantages.numpy(), rtol=0, atol=1e-6)
+        ours = compute_advantages(rewards, np.arange(len(rewards)) // 4, estimator, b["weights"],
+                                  token_counts=b["tokens"], **(options or {}))
+        np.testing.assert_allclose(b["batch"], ours.loss_weighted_advantages.numpy(), rtol=0, atol=1e-6)
         # TRL shuffles the batch before the loss: the loss gets the same advantages, permuted
         np.testing.assert_allclose(sorted(b["applied"]), sorted(b["batch"]), rtol=0, atol=1e-6)
     assert any(np.abs(b["batch"]).max() > 0.01 for b in batches)  # there was signal to compare
@@ -325,6 +415,46 @@ def test_mo_grpo_and_a_plugin_estimator_train_through_trl(trl_runs):
 
 @pytest.mark.slow
 @pytest.mark.timeout(700)
+@pytest.mark.parametrize("name", [*NEW_ESTIMATORS, "gd2po_loss"])
+def test_every_new_estimator_trains_through_trl_with_its_token_counts(trl_runs, name):
+    run = trl_runs[name]
+    options = {"keep_weight": "loss"} if name == "gd2po_loss" else {}
+    estimator = "gd2po" if name == "gd2po_loss" else name
+    _check_batches(run["batches"], estimator, options)
+    assert any(len(set(b["tokens"])) > 2 for b in run["batches"])  # the completions' lengths differ
+    logs = [h for h in run["history"] if "loss" in h]
+    assert len(logs) == 2
+    for log, b in zip(logs, run["batches"]):
+        rewards = np.array(b["rewards"])
+        result = compute_advantages(rewards, np.arange(len(rewards)) // 4, estimator, b["weights"],
+                                    token_counts=b["tokens"], **options)
+        ours = estimator_metrics(result.metrics, NAMES)
+        assert ours
+        for key, value in ours.items():
+            assert log[METRIC_PREFIX + key] == pytest.approx(value, rel=1e-6, abs=1e-12), key
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(700)
+def test_gd2po_keep_weight_reaches_trls_loss_as_a_weight_of_each_policy_term(trl_runs):
+    """``min(r wA, clip(r) wA) = w min(r A, clip(r) A)`` for w >= 0, and likewise for every loss type
+    of TRL 1.16: the loss of the weighted advantages is the weighted sum of each response's term."""
+    kept = []
+    for b in trl_runs["gd2po_loss"]["batches"]:  # the run's loss got the advantages times the keep weights
+        rewards = np.array(b["rewards"])
+        result = compute_advantages(rewards, np.arange(len(rewards)) // 4, "gd2po", b["weights"],
+                                    token_counts=b["tokens"], keep_weight="loss")
+        np.testing.assert_allclose(sorted(b["applied"]), sorted(result.loss_weighted_advantages.tolist()),
+                                   rtol=0, atol=1e-6)
+        kept += result.loss_weight.tolist()
+    assert min(kept) < 1.0  # some prompt lost responses: the weight did something
+    for loss_type, (weighted, summed, plain) in trl_runs["loss_weight"].items():
+        assert weighted == pytest.approx(summed, rel=1e-5, abs=1e-7), loss_type
+        assert abs(weighted - plain) > 1e-3, loss_type  # the weights changed the loss
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(700)
 def test_trls_aggregations_are_our_grpo_and_gdpo(trl_runs):
     """estimator=None keeps TRL's advantages: sum_then_normalize is grpo, normalize_then_sum gdpo (eps 1e-4)."""
     _check_batches(trl_runs["trl"]["batches"], "grpo", {"eps": 1e-4})
@@ -336,7 +466,8 @@ def test_trls_aggregations_are_our_grpo_and_gdpo(trl_runs):
 @pytest.mark.slow
 @pytest.mark.timeout(700)
 def test_two_processes_each_train_on_their_slice(tmp_path):
-    """accelerate launch with 2 CPU processes (gloo): each applies its slice of the gathered batch's advantages."""
+    """accelerate launch with 2 CPU processes (gloo): each applies its slice of the advantages of the gathered
+    batch, whose token counts come from both processes."""
     run_bounded([str(require_trl_venv().parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
                  "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                  "--main_process_port", str(free_port()), "tests/trl_distributed_check.py", str(tmp_path)],
@@ -346,8 +477,10 @@ def test_two_processes_each_train_on_their_slice(tmp_path):
     for step in range(2):
         gathered = [np.array(r["batches"][step]["rewards"]) for r in records]
         np.testing.assert_array_equal(gathered[0], gathered[1])  # every process holds the whole batch
-        ours = compute_advantages(gathered[0], np.arange(len(gathered[0])) // 4, "corrgrpo",
-                                  records[0]["batches"][step]["weights"]).advantages.numpy()
+        tokens = records[0]["batches"][step]["tokens"] + records[1]["batches"][step]["tokens"]
+        assert len(set(tokens)) > 2  # lengths differ: a wrong order of the gathered counts would show
+        ours = compute_advantages(gathered[0], np.arange(len(gathered[0])) // 4, "dara",
+                                  records[0]["batches"][step]["weights"], token_counts=tokens).advantages.numpy()
         local = len(records[0]["batches"][step]["batch"])
         for rank, record in enumerate(records):
             np.testing.assert_allclose(record["batches"][step]["batch"], ours[rank * local:(rank + 1) * local],

@@ -25,7 +25,7 @@ import pytest
 
 from corrgrpo_envs.toy.rewards import score_text
 from trainer.estimators import available_estimators, compute_advantages, register_estimator
-from trainer.estimators.reward_metrics import reward_metrics
+from trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
 from trainer.integrations.verl import (
     RESERVED_KEYS,
     compute_score,
@@ -175,6 +175,7 @@ def test_verl_parts_run_in_the_verl_venv():
         pytest.skip(".venv-verl is missing (bash scripts/verl_venv.sh builds it)")
     env = {
         **os.environ,
+        "PYTHONPATH": str(ROOT),  # this checkout, whatever the venv's install points at
         IN_VERL_VENV: "1",
         "OMP_NUM_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
@@ -245,12 +246,26 @@ def _algo_config(estimator: str, **extra):
     )
 
 
+#: the estimators of the issue's arena, beside today's eight
+NEW_ESTIMATORS = ["saw", "gd2po", "dara", "dvao", "rvpo", "rdpo"]
+#: those whose batch means weigh a response by its trained tokens
+TOKEN_WEIGHTED = {"saw", "gd2po", "dara", "rvpo"}
+
+
 @needs_verl
 @pytest.mark.parametrize(
-    "estimator",
-    ["corrgrpo", "mo_grpo", "dr_grpo", "gdpo_corr", "reinforce_pp", "grpo", "gdpo", "rloo"],
+    ("estimator", "options"),
+    [
+        (name, {})
+        for name in [
+            "corrgrpo", "mo_grpo", "dr_grpo", "gdpo_corr", "reinforce_pp", "grpo", "gdpo", "rloo",
+            *NEW_ESTIMATORS,
+        ]
+    ]
+    + [("gd2po", {"keep_weight": "loss"})],
+    ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={x}" for k, x in v.items()),
 )
-def test_verl_compute_advantage_equals_ours(estimator):
+def test_verl_compute_advantage_equals_ours(estimator, options):
     import torch
     from verl.trainer.config import AlgoConfig
     from verl.trainer.ppo import core_algos, ray_trainer
@@ -260,11 +275,17 @@ def test_verl_compute_advantage_equals_ours(estimator):
     name = register()[estimator]
     assert name == (f"corrgrpo_{estimator}" if estimator in ("grpo", "gdpo", "rloo") else estimator)
     rewards, group_ids = _rewards()
-    ours = compute_advantages(rewards, group_ids, estimator, [1.0, 0.5, 2.0]).advantages.double()
-    for config in (
-        _algo_config(name),  # hydra's DictConfig, as the trainer has it
-        AlgoConfig(adv_estimator=name, gdpo_reward_keys=NAMES, gdpo_reward_weights=[1.0, 0.5, 2.0]),
-    ):
+    tokens = _batch(rewards, group_ids).batch["response_mask"].sum(dim=1)
+    result = compute_advantages(
+        rewards, group_ids, estimator, [1.0, 0.5, 2.0], token_counts=tokens, **options
+    )
+    ours = result.loss_weighted_advantages.double()
+    configs = [_algo_config(name, corrgrpo_options=options)]  # hydra's DictConfig, as the trainer has it
+    if not options:
+        configs.append(
+            AlgoConfig(adv_estimator=name, gdpo_reward_keys=NAMES, gdpo_reward_weights=[1.0, 0.5, 2.0])
+        )
+    for config in configs:
         data = ray_trainer.compute_advantage(
             _batch(rewards, group_ids), adv_estimator=name, config=config
         )
@@ -273,8 +294,51 @@ def test_verl_compute_advantage_equals_ours(estimator):
         expected = ours[:, None] * mask
         torch.testing.assert_close(adv, expected, atol=1e-6, rtol=0)
         assert float(ours.abs().max()) > 0.5  # the test compares real values
+    if estimator in TOKEN_WEIGHTED:  # the response lengths changed the advantages
+        plain = compute_advantages(rewards, group_ids, estimator, [1.0, 0.5, 2.0], **options)
+        assert not torch.allclose(plain.advantages, result.advantages, rtol=1e-3)
+    if options:  # the keep weight on the loss: some prompts lost responses
+        assert (result.loss_weight < 1).any()
+        assert not torch.equal(result.advantages, result.loss_weighted_advantages)
     # verl's own estimators are untouched
     assert not hasattr(core_algos.get_adv_estimator_fn("grpo"), "corrgrpo_estimator")
+
+
+@needs_verl
+@pytest.mark.parametrize(
+    "loss_mode",
+    ["vanilla", "gspo", "gpg", "cispo", "sapo", "geo_mean", "dppo_tv", "dppo_kl", "bypass_mode"],
+)
+def test_verl_policy_loss_of_weighted_advantages_weighs_each_response(loss_mode):
+    """An estimator's loss weight reaches verl's actor as the advantage times the weight: the
+    policy loss of ``w * A`` is ``sum_j w_j`` times response j's policy term (its loss alone),
+    with ratios away from 1 so that clipping acts."""
+    import torch
+    from verl.trainer.ppo import core_algos
+    from verl.workers.config import ActorConfig
+
+    config = ActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=1)
+    generator = torch.Generator().manual_seed(0)
+    n, length = 6, 5
+    mask = (torch.arange(length)[None] < torch.tensor([5, 2, 4, 1, 3, 5])[:, None]).float()
+    log_prob = -3 * torch.rand(n, length, generator=generator)
+    old_log_prob = log_prob + 0.6 * torch.randn(n, length, generator=generator)
+    advantages = torch.randn(n, generator=generator)
+    weights = torch.tensor([0.0, 0.5, 1.0, 2.0, 0.25, 1.5])
+    loss_fn = core_algos.get_policy_loss_fn(loss_mode)
+
+    def loss(a: torch.Tensor) -> float:
+        return float(
+            loss_fn(
+                old_log_prob=old_log_prob, log_prob=log_prob, advantages=a[:, None] * mask,
+                response_mask=mask, loss_agg_mode="token-mean", config=config,
+            )[0]
+        )
+
+    alone = [loss(advantages * (torch.arange(n) == j)) for j in range(n)]
+    weighted = loss(advantages * weights)
+    assert weighted == pytest.approx(sum(w * v for w, v in zip(weights.tolist(), alone)), rel=1e-5)
+    assert abs(weighted - loss(advantages)) > 1e-3  # the weights changed the loss
 
 
 @needs_verl
@@ -305,6 +369,30 @@ def test_verl_metrics_of_the_step_carry_our_diagnostics():
     ):
         assert metrics[key] == pytest.approx(expected[key], rel=1e-9)
     assert "critic/advantages/mean" in metrics  # verl's own metrics are still there
+    assert not any(key.startswith("corrgrpo/estimator/") for key in metrics)  # CorrGRPO reports none
+
+    # an estimator's own diagnostics (GD²PO's ratios, per reward: DARA's densities) by name
+    for estimator in ("gd2po", "dara"):
+        batch = _batch(rewards, group_ids)
+        tokens = batch.batch["response_mask"].sum(dim=1)
+        data = ray_trainer.compute_advantage(
+            batch, adv_estimator=estimator, config=_algo_config(estimator)
+        )
+        data.batch["token_level_scores"] = data.batch["token_level_rewards"]
+        data.batch["prompts"] = torch.ones(n, 3, dtype=torch.long)
+        data.batch["responses"] = torch.ones(n, length, dtype=torch.long)
+        data.batch["attention_mask"] = torch.cat(
+            [torch.ones(n, 3), data.batch["response_mask"]], dim=1
+        )
+        metrics = ray_trainer.compute_data_metrics(batch=data, use_critic=False)
+        result = compute_advantages(
+            rewards, group_ids, estimator, [1.0, 0.5, 2.0], token_counts=tokens
+        )
+        ours = estimator_metrics(result.metrics, NAMES)
+        assert ours and {f"corrgrpo/{key}": value for key, value in ours.items()} == {
+            key: value for key, value in metrics.items() if key.startswith("corrgrpo/estimator/")
+        }
+    assert "corrgrpo/estimator/density/word_with_a" in metrics
 
 
 @needs_verl
@@ -321,6 +409,7 @@ def test_verl_plugin_options_and_refusals():
     out = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", code],
         cwd="/",
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's entry point and estimators
         capture_output=True,
         text=True,
         timeout=300,

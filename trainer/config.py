@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
-
 from corrgrpo_registry import import_error_hint
 from corrgrpo_registry.settings import (
     ConfigError,
@@ -35,7 +33,7 @@ from corrgrpo_registry.settings import (
     num_field,
     validate,
 )
-from corrgrpo_registry.yaml_files import key_lines, load_yaml
+from corrgrpo_registry.yaml_files import load_yaml_text, load_yaml_with_lines
 from trainer.lora import LoraConfig
 from trainer.loss_aggregation import AGG_MODES
 
@@ -555,9 +553,9 @@ def apply_overrides(
             raise ConfigError(f"override {item!r} must look like section.key=value")
         key, raw = item.split("=", 1)
         try:
-            value = yaml.safe_load(raw) if raw != "" else None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"override {item!r}: the value is not YAML ({exc})", key.strip()) from None
+            value = load_yaml_text(raw, f"override {item!r}", numbered=False) if raw != "" else None
+        except ConfigError as exc:
+            raise ConfigError(str(exc), key.strip()) from None
         parts = key.strip().split(".")
         node = data
         for depth, part in enumerate(parts[:-1]):
@@ -589,11 +587,12 @@ def read_config_source(
         from corrgrpo_envs.registry import resolve_config_path
 
         resolved = resolve_config_path(path)
-        data = load_yaml(resolved) or {}
+        data, lines = load_yaml_with_lines(resolved)
+        data = data or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{resolved}: expected a mapping at the top level")
         name = resolved.stem
-        origins = {key: f"{resolved}:{line}" for key, line in key_lines(resolved).items()}
+        origins = {key: f"{resolved}:{line}" for key, line in lines.items()}
         origins[""] = str(resolved)
     data.setdefault("name", name)
     return apply_overrides(data, overrides or [], origins), origins

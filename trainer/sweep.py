@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from corrgrpo_registry.yaml_files import load_yaml
+from corrgrpo_registry.yaml_files import load_json, load_yaml
 from trainer.config import Config, load_config
 from trainer.pareto import hypervolume, interval, non_dominated, percent_of_range, plot_front
 from trainer.run_queue import EVAL_FILE, QueuedRun, run_all
 
-__all__ = ["SweepRun", "parse_weights", "plan_runs", "run_sweep", "simplex", "write_front"]
+__all__ = ["SweepRun", "parse_weights", "plan_runs", "read_weights_file", "run_sweep", "simplex", "write_front"]
 
 
 def simplex(k: int, n: int) -> list[list[float]]:
@@ -54,8 +54,24 @@ class Weighting:
     reward_weights: Any
 
 
-def parse_weights(spec: str, names: Sequence[str], low: Sequence[float], high: Sequence[float]) -> list[Weighting]:
-    """``simplex:N`` or a JSON/YAML file of ``algorithm.reward_weights`` values."""
+def read_weights_file(spec: str) -> list[Any] | None:
+    """The list of ``algorithm.reward_weights`` values in the JSON/YAML file ``spec`` (read under
+    the config files' bounds), or None for ``simplex:N``."""
+    if spec.startswith("simplex:"):
+        return None
+    path = Path(spec)
+    if not path.exists():
+        raise FileNotFoundError(f"--weights {spec!r}: not simplex:N and no such file")
+    data = load_json(path) if path.suffix == ".json" else load_yaml(path)
+    if not isinstance(data, list) or not data:
+        raise ValueError(f"{path}: expected a non-empty list of reward_weights values")
+    return data
+
+
+def parse_weights(spec: str, names: Sequence[str], low: Sequence[float], high: Sequence[float],
+                  data: list[Any] | None = None) -> list[Weighting]:
+    """``simplex:N`` or a JSON/YAML file of ``algorithm.reward_weights`` values (``data``: the
+    file's list, read already by :func:`read_weights_file`)."""
     if spec.startswith("simplex:"):
         try:
             n = int(spec.split(":", 1)[1])
@@ -63,16 +79,11 @@ def parse_weights(spec: str, names: Sequence[str], low: Sequence[float], high: S
             raise ValueError(f"--weights {spec!r}: expected simplex:N with an integer N >= 1") from None
         span = [h - lo if h > lo else 1.0 for lo, h in zip(low, high)]
         return [Weighting(i, p, [w / s for w, s in zip(p, span)]) for i, p in enumerate(simplex(len(names), n))]
-    path = Path(spec)
-    if not path.exists():
-        raise FileNotFoundError(f"--weights {spec!r}: not simplex:N and no such file")
-    data = json.loads(path.read_text()) if path.suffix == ".json" else load_yaml(path)
-    if not isinstance(data, list) or not data:
-        raise ValueError(f"{path}: expected a non-empty list of reward_weights values")
+    data = read_weights_file(spec) if data is None else data
     from trainer.estimators.reward_weights import resolve_reward_weights
 
     for i, entry in enumerate(data):  # check each against the env now, not after hours of training
-        resolve_reward_weights(entry, names, [1.0] * len(names), key=f"{path}[{i}]")
+        resolve_reward_weights(entry, names, [1.0] * len(names), key=f"{spec}[{i}]")
     return [Weighting(i, entry, entry) for i, entry in enumerate(data)]
 
 
@@ -124,12 +135,13 @@ def run_sweep(
     eval_limit: int | None = None, log: Any = print,
 ) -> dict[str, Any]:
     """Run (or finish) the grid and write ``front.json`` and ``front.png``; returns the front."""
+    listed = read_weights_file(weights)  # a bad file is one line, before torch is imported
     cfg = load_config(config, list(overrides))
     estimators = list(estimators or [cfg.algorithm.estimator])
     for e in estimators:
         load_config(config, [*overrides, f"algorithm.estimator={e}"])  # an unknown one fails now
     names, low, high = _env_bounds(cfg)
-    weightings = parse_weights(weights, names, low, high)
+    weightings = parse_weights(weights, names, low, high, listed)
     out = Path(out or Path("runs") / f"sweep-{cfg.name}")
     out.mkdir(parents=True, exist_ok=True)
     steps = cfg.train.steps

@@ -40,7 +40,7 @@ from trainer.engines import make_engine
 from trainer.estimators import AdvantageResult, compute_advantages
 from trainer.estimators.attribution import attribute, attribution_metrics
 from trainer.estimators.reward_gates import RewardGates
-from trainer.estimators.reward_metrics import reward_metrics
+from trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
 from trainer.overlap import OverlappedRollouts, overlap_threads
 from trainer.policy_forward import pack_episodes
 from trainer.rollout import (
@@ -56,7 +56,7 @@ from trainer.threads import apply_threads
 from trainer.update import PolicyUpdater
 from trainer.zero_rewards import ZeroRewardWatch
 
-__all__ = ["Trainer", "estimator_metrics", "train"]
+__all__ = ["Trainer", "train"]
 
 
 class Trainer:
@@ -294,18 +294,6 @@ class Trainer:
             self.overlap.save(path, self.rank)
             self.accelerator.wait_for_everyone()
         return path
-
-
-def estimator_metrics(metrics: dict[str, float], names: list[str]) -> dict[str, float]:
-    """The estimator's own diagnostics under ``estimator/``; a key ending in ``/<k>`` (component k's
-    position) ends in the component's name instead (``weight/1`` -> ``estimator/weight/format``)."""
-    out = {}
-    for key, value in metrics.items():
-        head, _, tail = key.rpartition("/")
-        if head and tail.isdigit() and int(tail) < len(names):
-            key = f"{head}/{names[int(tail)]}"
-        out[f"estimator/{key}"] = value
-    return out
 
 
 def train(cfg: Config) -> Path:

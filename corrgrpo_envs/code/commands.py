@@ -62,10 +62,17 @@ def run(args: argparse.Namespace) -> int:
         print("CPU time of a program (efficiency): " + (
             f"its control group ({accounting})" if accounting else
             f"unavailable, efficiency is not scored ({cpu_unavailable_reason()})"))
-        from corrgrpo_sandbox.seccomp import DENIED, seccomp_unavailable_reason
+        from corrgrpo_sandbox.seccomp import (
+            DENIED,
+            DENIED_FLAGS,
+            DENIED_VALUES,
+            seccomp_unavailable_reason,
+        )
 
         reason = seccomp_unavailable_reason()
-        print("seccomp filter: " + (f"{len(DENIED)} system calls denied (docs/code.md)" if not reason
+        some = len(DENIED_VALUES) + len(DENIED_FLAGS)
+        print("seccomp filter: " + (f"{len(DENIED)} system calls denied, {some} more for some "
+                                    "arguments (docs/code.md)" if not reason
                                     else f"none, programs may make every system call ({reason})"))
         return 0
     return _precompute(args)

@@ -12,6 +12,7 @@ host (:mod:`corrgrpo_envs.code.verdicts`).
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -20,7 +21,12 @@ from typing import Any
 
 from corrgrpo_envs.code import rewards as R
 from corrgrpo_envs.code.datasets import DATASETS
-from corrgrpo_envs.code.judge_pool import JUDGE_CPU_SECONDS, JudgePool, shared_pool
+from corrgrpo_envs.code.judge_pool import (
+    COMPILE_CPU_SECONDS,
+    JUDGE_CPU_SECONDS,
+    JudgePool,
+    shared_pool,
+)
 from corrgrpo_envs.code.metrics import code_metrics
 from corrgrpo_envs.code.references import ReferenceTimes, default_cache_dir
 from corrgrpo_envs.code.verdicts import Verdicts, candidate_program, measured_seconds
@@ -33,6 +39,8 @@ from corrgrpo_sandbox.cgroups import cpu_unavailable_reason
 __all__ = ["CodeEnv", "EFFICIENCY_MODES"]
 
 EFFICIENCY_MODES = ("lazy", "cached", "off")
+
+_LOG = logging.getLogger(__name__)
 
 
 _SHARED_LOCK = threading.Lock()
@@ -123,6 +131,11 @@ class CodeEnv(MultiRewardEnv):
         judge_seconds: CPU seconds the host-side verdict of one answer may take (in a
             judge worker process, :mod:`corrgrpo_envs.code.judge_pool`); past it the
             answer's status is ``judge:bound`` and it scores ``correct = 0``.
+
+    The text rewards are bounded too: ``compile`` runs in a judge worker under
+    :data:`~corrgrpo_envs.code.judge_pool.COMPILE_CPU_SECONDS` of CPU and ``ast_similarity``
+    stops at :data:`~corrgrpo_envs.code.rewards.SIMILARITY_WORK_LIMIT` steps; past its limit
+    a reward is 0, ``info["reward_bound"]`` names it and a warning is logged.
     """
 
     def __init__(
@@ -259,11 +272,25 @@ class CodeEnv(MultiRewardEnv):
         rewards["format"] = float(has_entry)
         tree = R.parse_code(code)  # parsed once, for syntax and ast_similarity
         rewards["syntax"] = float(tree is not None)
-        rewards["compile"] = float(len(code) <= R.MAX_CODE_CHARS and R.compiles(
-            R.judged_program(task["prompt"], code, task["test"], task["entry_point"])))
-        rewards["ast_similarity"] = R.ast_similarity(
-            R.ast_type_sequence(tree) if tree is not None else None, self._reference_ast(task)
-        )
+        bound: list[str] = []  # rewards scored 0 because computing them went past a limit
+        similarity = R.bounded_similarity(
+            R.ast_type_sequence(tree) if tree is not None else None, self._reference_ast(task))
+        if similarity is None:
+            bound.append("ast_similarity")
+        rewards["ast_similarity"] = similarity or 0.0
+        if len(code) <= R.MAX_CODE_CHARS:
+            # Compiled in a judge worker under a CPU deadline: see judge_pool's docstring.
+            compiled, seconds = self.judges.compiles(
+                R.judged_program(task["prompt"], code, task["test"], task["entry_point"]),
+                COMPILE_CPU_SECONDS)
+            info["compile_cpu_seconds"] = seconds
+            if compiled is None:
+                bound.append("compile")
+            rewards["compile"] = float(bool(compiled))
+        if bound:
+            info["reward_bound"] = bound
+            _LOG.warning("%s: scored 0 for %s: computing it went past its limit (%d-character code block)",
+                         task.id, " and ".join(bound), len(code))
         info["rewards_so_far"] = rewards
         if not rewards["compile"]:
             info["status"] = "syntax"

@@ -18,11 +18,17 @@ keeps each problem's plan and compiled check after the first verdict, so a
 verdict costs the record's transfer plus the check. Workers are shared by
 every env of a process (:func:`shared_pool`).
 
+The ``compile`` reward runs here too (:meth:`JudgePool.compiles`): CPython's compiler folds
+constant expressions and builds nested code objects in more than linear time (a 20,000-character
+answer adding 2,000 strings of 4,096 characters takes 24 s to compile, 2,800 nested lambdas 1 s),
+and it is one C call no thread could interrupt either.
+
 Wire format, both ways: a 4-byte big-endian length, then that many bytes of
 JSON (``ensure_ascii``, so lone surrogates in a channel survive). Requests are
-``{"load": key, "task": ..., "plan": ...}`` (no deadline: trusted data) and
-``{"judge": key, "status": ..., "channel": ...}``; replies ``{"status": ...}``,
-``{"need": key}`` (load that problem first) or ``{"loaded": key}``.
+``{"load": key, "task": ..., "plan": ...}`` (no deadline: trusted data),
+``{"judge": key, "status": ..., "channel": ...}`` and ``{"compile": program}``; replies
+``{"status": ...}``, ``{"need": key}`` (load that problem first), ``{"loaded": key}`` or
+``{"compiles": bool}``.
 """
 
 from __future__ import annotations
@@ -49,11 +55,15 @@ if TYPE_CHECKING:
     from corrgrpo_envs.tasks import Task
     from corrgrpo_sandbox import RunResult
 
-__all__ = ["JUDGE_CPU_SECONDS", "JudgePool", "shared_pool"]
+__all__ = ["COMPILE_CPU_SECONDS", "JUDGE_CPU_SECONDS", "JudgePool", "shared_pool"]
 
 #: CPU seconds one verdict may take in a worker. An honest verdict takes milliseconds
 #: (the slowest LeetCodeDataset check on its reference's values ~0.1 s, see docs/code.md).
 JUDGE_CPU_SECONDS = 0.5
+
+#: CPU seconds compiling one judged program may take in a worker (:meth:`JudgePool.compiles`).
+#: The slowest program of the shipped data sets (prompt, reference and test) compiles in 0.035 s.
+COMPILE_CPU_SECONDS = 0.25
 
 #: Wall seconds one verdict may take whatever the CPU clock says (a worker starved of CPU).
 JUDGE_WALL_SECONDS = 30.0
@@ -99,6 +109,7 @@ def serve() -> None:
     import resource
 
     from corrgrpo_envs.code.judge import judge
+    from corrgrpo_envs.code.rewards import compiles
     from corrgrpo_envs.tasks import Task
     from corrgrpo_sandbox.calls import NotPlain
 
@@ -126,20 +137,20 @@ def serve() -> None:
                 problems.popitem(last=False)
             _write(wire_out, {"loaded": key})
             continue
+        if "compile" in request:
+            _limit_cpu(resource, request.get("cpu_seconds", 1.0))
+            try:
+                verdict = compiles(request["compile"])
+            except Exception:  # anything the compiler raises past the usual errors: not compiled
+                verdict = False
+            _write(wire_out, {"compiles": verdict})
+            continue
         key = request["judge"]
         if key not in problems:
             _write(wire_out, {"need": key})
             continue
         problems.move_to_end(key)
-        # The kernel's deadline, in whole seconds: at least twice the host's, so the host's
-        # (finer) one fires first; it stops this worker even when no host is left to.
-        used = resource.getrusage(resource.RUSAGE_SELF)
-        soft = math.ceil(used.ru_utime + used.ru_stime + 2 * request.get("cpu_seconds", 1.0)) + 1
-        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
-        try:
-            resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
-        except (ValueError, OSError):
-            pass
+        _limit_cpu(resource, request.get("cpu_seconds", 1.0))
         task, plan = problems[key]
         try:
             status = judge(task, plan, _Run(request["status"], request["channel"]))
@@ -148,6 +159,18 @@ def serve() -> None:
         except Exception as exc:  # the judge itself failed: never a pass
             status = "sandbox_error:" + type(exc).__name__
         _write(wire_out, {"status": status})
+
+
+def _limit_cpu(resource: Any, seconds: float) -> None:
+    """The kernel's deadline for the next request, in whole seconds: at least twice the host's,
+    so the host's (finer) one fires first; it stops this worker even when no host is left to."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(used.ru_utime + used.ru_stime + 2 * seconds) + 1
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+    except (ValueError, OSError):
+        pass
 
 
 class _Run:
@@ -333,6 +356,22 @@ class JudgePool:
             with self._cond:
                 self.killed += 1
             return BOUND_STATUS, cost
+        finally:
+            self._give(worker)
+
+    def compiles(self, program: str, cpu_seconds: float = COMPILE_CPU_SECONDS) -> tuple[bool | None, float | None]:
+        """``(compiles, worker CPU seconds)``: :func:`corrgrpo_envs.code.rewards.compiles` of
+        ``program`` in a worker; ``None`` in place of the verdict when compiling went past
+        ``cpu_seconds`` of CPU (or the worker died), the seconds ``None`` where unreadable."""
+        worker = self._take()
+        try:
+            reply = worker.request({"compile": program, "cpu_seconds": cpu_seconds}, cpu_seconds,
+                                   self.wall_seconds)
+            if reply is None:
+                with self._cond:
+                    self.killed += 1
+                return None, worker.cpu_used
+            return bool(reply.get("compiles")), worker.cpu_used
         finally:
             self._give(worker)
 

@@ -1,5 +1,8 @@
 """Attacks on the code domain's host-side judge, each as a probe: ``probe_<name>() -> (held, detail)``.
 
+(The last two attack the text rewards instead, which the host computes too: an answer whose
+``ast_similarity`` or ``compile`` would cost seconds of the host's CPU must score 0 for it.)
+
 Each probe plays one answer through ``corrgrpo/Code-v0`` (a real sandbox on
 ``backend``) or hands one forged record to the judge, and checks that the answer
 scores ``correct = 0`` with status ``judge:bound`` (or another failing status)
@@ -31,7 +34,8 @@ from corrgrpo_envs.code.judge import BOUND_STATUS, CallPlan
 from corrgrpo_envs.code.judge_pool import JudgePool
 from corrgrpo_sandbox.calls import encode
 
-__all__ = ["HOST_CPU_BUDGET", "PROBES", "SHARED_TUPLE_DAG_ANSWER", "colliding_hash_answer"]
+__all__ = ["HOST_CPU_BUDGET", "PROBES", "SHARED_TUPLE_DAG_ANSWER", "colliding_hash_answer",
+           "compile_stall_answer", "similarity_stall_answer"]
 
 #: Host CPU seconds one step may cost on any answer (process and judge worker together).
 HOST_CPU_BUDGET = 1.0
@@ -73,7 +77,8 @@ def _step(env: Any, task_id: str, action: str) -> tuple[dict[str, float], dict[s
     env.reset(options={"task_id": task_id})
     start = time.process_time()
     _, reward, _, _, info = env.step(action)
-    seconds = time.process_time() - start + (info.get("judge_cpu_seconds") or 0.0)
+    workers = (info.get("judge_cpu_seconds") or 0.0) + (info.get("compile_cpu_seconds") or 0.0)
+    seconds = time.process_time() - start + workers
     return dict(zip(env.unwrapped.reward_names, map(float, reward))), info, seconds
 
 
@@ -186,6 +191,69 @@ def probe_judge_deadline(backend: str = "auto") -> tuple[bool, str]:
     return held, f"status {status}, host CPU {seconds:.2f} s, next verdict {after}"
 
 
+def _bound_held(rewards: dict[str, float], info: dict[str, Any], seconds: float,
+                reward: str) -> tuple[bool, str]:
+    bound = info.get("reward_bound", [])
+    ok = rewards[reward] == 0.0 and reward in bound and seconds <= HOST_CPU_BUDGET
+    return ok, f"{reward} {rewards[reward]:.2f}, bound {bound}, host CPU {seconds:.2f} s"
+
+
+#: Assigns of 1, 2, ... 40 terms: a reference of 3,500 nodes whose assigns, in order, grow.
+_LONG_REFERENCE = (
+    "def has_close_elements(numbers, threshold):\n"
+    + "".join(f"    v{k} = " + " + ".join(["threshold"] * k) + "\n" for k in range(1, 41))
+    + "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n"
+)
+
+
+def similarity_stall_answer(chars: int = 19_900) -> str:
+    """A code block of ``chars`` characters against :data:`_LONG_REFERENCE`: a tuple of names,
+    then the reference's growing assigns in order, apart (a ``pass`` after each). difflib's
+    recursion matches the longest assign first, then searches the whole tuple again for each
+    shorter one (each search looks at every place of every name in the reference): about the
+    cube of the sizes."""
+    assigns = "".join(f"v{k} = " + " + ".join(["threshold"] * k) + "\npass\n" for k in range(1, 41))
+    filler = "x = (" + "a," * ((chars - len(assigns) - 8) // 2) + ")\n"
+    return f"```python\n{filler}{assigns}```"
+
+
+def _long_reference_env(backend: str, folder: str) -> Any:
+    row = {"task_id": "probe/long", "prompt": "", "canonical_solution": _LONG_REFERENCE,
+           "test": "def check(candidate):\n    assert candidate([1.0, 2.8], 0.3) is False\n",
+           "entry_point": "has_close_elements"}
+    path = Path(folder) / "long_reference.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    return _env(backend, path)
+
+
+def probe_similarity_stall(backend: str = "auto") -> tuple[bool, str]:
+    """A 20,000-character answer whose ``ast_similarity`` to a long reference costs difflib
+    about the cube of the sizes: it scores 0 for it, within the step's CPU budget."""
+    with tempfile.TemporaryDirectory() as folder:
+        env = _long_reference_env(backend, folder)
+        try:
+            return _bound_held(*_step(env, "probe/long", similarity_stall_answer()), "ast_similarity")
+        finally:
+            env.close()
+
+
+def compile_stall_answer(chars: int = 19_900) -> str:
+    """HumanEval/0's entry, then a sum of 4,096-character string constants: the compiler folds
+    them one by one, copying the growing string each time (quadratic: 24 s for 20,000 characters)."""
+    bomb = "y = " + '"a"*4096+' * ((chars - len(_ENTRY) - 8) // 9) + '""\n'
+    return f"```python\n{_ENTRY}{bomb}```"
+
+
+def probe_compile_stall(backend: str = "auto") -> tuple[bool, str]:
+    """A 20,000-character answer whose constant folding costs the compiler seconds: it scores
+    ``compile = 0`` (the judge worker compiling it is killed at its deadline)."""
+    env = _env(backend)
+    try:
+        return _bound_held(*_step(env, "HumanEval/0", compile_stall_answer()), "compile")
+    finally:
+        env.close()
+
+
 class _Run:
     __slots__ = ("status", "channel")
 
@@ -202,4 +270,6 @@ PROBES: dict[str, Callable[..., tuple[bool, str]]] = {
     "deep_tuple_under_a_set": probe_deep_tuple_under_a_set,
     "colliding_hash_in_check": probe_colliding_hash_in_check,
     "judge_deadline": probe_judge_deadline,
+    "similarity_stall": probe_similarity_stall,
+    "compile_stall": probe_compile_stall,
 }

@@ -3,12 +3,16 @@
 ``format``, ``syntax``, ``compile`` and ``ast_similarity`` look at text only;
 ``runtime``, ``correct`` and ``efficiency`` come from the verdict on the
 candidate's values (:mod:`corrgrpo_envs.code.verdicts`). Every text scan here is
-linear in the answer's length.
+linear in the answer's length, and :func:`bounded_similarity` stops at a fixed amount
+of work; ``compile`` runs CPython's compiler, whose constant folding and nested code
+objects cost more than linear time, so the env runs :func:`compiles` in a judge worker
+under a CPU deadline (:meth:`corrgrpo_envs.code.judge_pool.JudgePool.compiles`).
 """
 
 from __future__ import annotations
 
 import ast
+import bisect
 import difflib
 import re
 import threading
@@ -28,6 +32,7 @@ __all__ = [
     "compiles",
     "ast_type_sequence",
     "ast_similarity",
+    "bounded_similarity",
     "efficiency",
 ]
 
@@ -36,6 +41,12 @@ MAX_CODE_CHARS = 20_000
 
 #: ``ast_similarity`` is 0 where sizes alone keep the ratio below this (one sequence ~40x the other).
 MIN_SIMILARITY_BOUND = 0.05
+
+#: Steps of the longest-match searches one ``ast_similarity`` may take (one step: one candidate
+#: node looked up, or one place in the reference where it occurs), about 0.3 s of CPU; past it
+#: the similarity is 0. An honest answer takes far fewer: the largest measured, three long
+#: LeetCode solutions in one answer against the longest reference shipped, 1.4 million.
+SIMILARITY_WORK_LIMIT = 3_000_000
 
 REWARD_NAMES = ("format", "syntax", "compile", "runtime", "correct", "ast_similarity", "efficiency")
 DEFAULT_WEIGHTS = (0.05, 0.05, 0.05, 0.25, 0.60, 0.30, 0.20)
@@ -193,18 +204,87 @@ def ast_type_sequence(code: str | ast.AST) -> list[str] | None:
     return out
 
 
-def ast_similarity(candidate: str | list[str] | None, reference: str | list[str] | None) -> float:
-    """difflib ratio (autojunk off) of the two type sequences; 0 when either does not parse,
-    or when their lengths alone keep the ratio below :data:`MIN_SIMILARITY_BOUND`."""
-    a = ast_type_sequence(candidate) if isinstance(candidate, str) else candidate
-    b = ast_type_sequence(reference) if isinstance(reference, str) else reference
+class _WorkLimitReached(Exception):
+    """A longest-match search would go past the matcher's work limit."""
+
+
+class _BoundedMatcher(difflib.SequenceMatcher):
+    """difflib's matcher (autojunk off, no junk) whose longest-match search counts its steps.
+
+    difflib finds the longest match by scanning, for each element of ``a`` in range, every
+    place of that element in ``b`` up to the end of the range (the places before its start
+    too): the work of one search grows with ``len(a) * len(b)``, and the recursion of
+    :meth:`get_matching_blocks` repeats it once per matching block, so an answer made of
+    many short matches costs about the cube of the sizes. Here the search looks only at the
+    places inside the range (found by bisection) and counts them; the result is difflib's
+    exactly (the longest match, the earliest in ``a`` then in ``b`` among equally long ones:
+    with no junk, difflib's extension loops never extend it), so :meth:`ratio` is difflib's.
+    """
+
+    def __init__(self, a: list[str], b: list[str], work_limit: int):
+        self.work = 0
+        self.work_limit = work_limit
+        super().__init__(None, a, b, autojunk=False)
+        places: dict[str, list[int]] = {}
+        for j, item in enumerate(b):
+            places.setdefault(item, []).append(j)
+        self._places = places
+
+    def find_longest_match(self, alo: int = 0, ahi: int | None = None, blo: int = 0,
+                           bhi: int | None = None) -> difflib.Match:
+        a, places, limit = self.a, self._places, self.work_limit
+        ahi = len(a) if ahi is None else ahi
+        bhi = len(self.b) if bhi is None else bhi
+        work = self.work
+        besti, bestj, bestsize = alo, blo, 0
+        ending: dict[int, int] = {}  # j -> length of the match ending at (i - 1, j)
+        for i in range(alo, ahi):
+            where = places.get(a[i], ())
+            first = bisect.bisect_left(where, blo)
+            last = bisect.bisect_left(where, bhi, first)
+            work += 1 + last - first
+            if work > limit:
+                self.work = work
+                raise _WorkLimitReached
+            longer: dict[int, int] = {}
+            previous = ending.get
+            for j in where[first:last]:
+                k = longer[j] = previous(j - 1, 0) + 1
+                if k > bestsize:
+                    besti, bestj, bestsize = i - k + 1, j - k + 1, k
+            ending = longer
+        self.work = work
+        return difflib.Match(besti, bestj, bestsize)
+
+
+def _sequence(code: str | list[str] | None) -> list[str] | None:
+    return ast_type_sequence(code) if isinstance(code, str) else code
+
+
+def bounded_similarity(candidate: str | list[str] | None, reference: str | list[str] | None,
+                       work_limit: int = SIMILARITY_WORK_LIMIT) -> float | None:
+    """:func:`ast_similarity`, or ``None`` when computing it would take more than
+    ``work_limit`` steps (:data:`SIMILARITY_WORK_LIMIT`): a deterministic bound, the same on
+    every machine, on the host's CPU time (about 0.1 microsecond per step)."""
+    a, b = _sequence(candidate), _sequence(reference)
     if not a or not b:
         return 0.0
     if 2 * min(len(a), len(b)) < MIN_SIMILARITY_BOUND * (len(a) + len(b)):
-        # The ratio cannot reach MIN_SIMILARITY_BOUND (it is at most 2 min / (len a + len b)),
-        # and difflib's time grows with the product of the lengths.
+        # The ratio cannot reach MIN_SIMILARITY_BOUND (it is at most 2 min / (len a + len b)).
         return 0.0
-    return float(difflib.SequenceMatcher(None, a, b, autojunk=False).ratio())
+    matcher = _BoundedMatcher(a, b, work_limit)
+    try:
+        return float(matcher.ratio())
+    except _WorkLimitReached:
+        return None
+
+
+def ast_similarity(candidate: str | list[str] | None, reference: str | list[str] | None) -> float:
+    """difflib ratio (autojunk off) of the two type sequences; 0 when either does not parse,
+    when their lengths alone keep the ratio below :data:`MIN_SIMILARITY_BOUND`, or when it
+    would take more than :data:`SIMILARITY_WORK_LIMIT` steps (:func:`bounded_similarity`)."""
+    value = bounded_similarity(candidate, reference)
+    return 0.0 if value is None else value
 
 
 def efficiency(correct: bool, t_candidate: float, t_reference: float | None) -> float:

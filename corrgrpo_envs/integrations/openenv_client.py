@@ -941,8 +941,10 @@ class OpenEnvEnv(MultiRewardEnv):
                 task = self.task.id if self.task else "?"
                 hint = ""
                 if "CAPACITY_REACHED" in str(exc):
-                    hint = (" (each env instance holds one session: raise the server's "
-                            "max_concurrent_envs to at least its share of P*G members)")
+                    # corrgrpo serve says which limit: its sessions, or one client's quota of them
+                    limit = "--sessions-per-client" if "quota" in str(exc) else "max_concurrent_envs"
+                    hint = (f" (each env instance holds one session: raise the server's "
+                            f"{limit} to at least its share of P*G members)")
                 raise RemoteEnvError(
                     f"OpenEnv server {url}, task {task}, {what}: {_oneline(exc)}{hint}"
                 ) from None

@@ -17,11 +17,12 @@ The reward-vector convention (the one NeMo Gym and SkyRL use):
 * the env's ``rubric`` has one child rubric per component, so
   ``env.rubric.named_rubrics()`` lists them with their ``last_score``.
 
-One WebSocket session is one corrgrpo env instance (sessions are isolated; the
-server accepts ``max_sessions`` at once). The verdicts are computed by the corrgrpo
+One WebSocket session is one corrgrpo env instance, built on the session's first reset
+(sessions are isolated; the server accepts ``max_sessions`` at once). The verdicts are computed by the corrgrpo
 env inside the server; the rubrics only read them back, so nothing a client sends
-can set a reward. What the server allows (a token, the body cap, idle sessions, the
-reference answers) is :mod:`corrgrpo_envs.integrations.openenv_limits`.
+can set a reward. What the server allows (a token, the body cap, idle and old sessions,
+sessions and new connections per client, the reference answers) is
+:mod:`corrgrpo_envs.integrations.openenv_limits`.
 """
 
 from __future__ import annotations
@@ -367,16 +368,18 @@ def _build_route_env(env: str, kwargs: Mapping[str, Any], name: str, limits: Ser
 def build_app(
     env: str,
     env_kwargs: Mapping[str, Any] | None = None,
-    max_sessions: int = 64,
+    max_sessions: int = 128,
     limits: ServerLimits | None = None,
 ) -> Any:
     """The ASGI app serving ``env``: OpenEnv's routes, bounded by ``limits``.
 
     The routes are OpenEnv's own (:class:`HTTPEnvServer`, here its subclass
-    :class:`LimitedEnvServer`), wrapped in :class:`BoundaryMiddleware`. One env is built
+    :class:`LimitedEnvServer`, also ``app.state.env_server``), wrapped in
+    :class:`BoundaryMiddleware`. One env is built
     here: it gives ``/schema`` the reward names, bounds and weights, fails before the
     server starts when the env cannot be built (:class:`EnvBuildError`), and then answers
-    the task listing and the other per-request routes. Each session builds its own.
+    the task listing and the other per-request routes. Each session builds its own, on its
+    first reset.
     """
     kwargs = dict(env_kwargs or {})
     limits = limits or ServerLimits()
@@ -399,15 +402,16 @@ def build_app(
         env_name=name,
         state_cls=EpisodeState,
         max_sessions=int(max_sessions),
-        detached_s=limits.detached_s,
+        limits=limits,
     )
     server.register_routes(app, mode=os.environ.get("OPENENV_MODE", "simulation"))
+    app.state.env_server = server  # its builds and sessions, for whoever holds the app
     max_chars = int(kwargs.get("max_action_chars", MAX_ACTION_CHARS))
     app.add_middleware(
         BoundaryMiddleware,
         max_body_bytes=max_message_bytes(max_chars),
-        token=limits.token,
-        session_idle_s=limits.session_idle_s,
+        limits=limits,
+        connection_burst=limits.quota(max_sessions),
     )
     return app
 
@@ -429,7 +433,7 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     workers: int = 1,
-    max_sessions: int = 64,
+    max_sessions: int = 128,
     log_level: str = "warning",
     limits: ServerLimits | None = None,
     on_ready: Callable[[], None] | None = None,

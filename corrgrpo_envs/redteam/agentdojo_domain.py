@@ -1,8 +1,8 @@
 """AgentDojo's attack classes: final answers that paste what the agent saw.
 
 Registered in :mod:`corrgrpo_envs.redteam.registry` on import, named here so that listing the
-classes does not import AgentDojo; each runs :mod:`corrgrpo_envs.agentdojo.paste_probes` when
-AgentDojo is installed (without it there is no utility reward to raise: the class holds).
+classes does not import AgentDojo; each runs :mod:`corrgrpo_envs.agentdojo.paste_probes`, and
+is skipped, with the command that installs it, where AgentDojo is not installed.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from corrgrpo_envs.redteam import registry
 
-__all__ = ["PASTE_PROBES", "register_paste_probes"]
+__all__ = ["INSTALL", "NEEDS", "PASTE_PROBES", "register_paste_probes"]
 
 #: AgentDojo's pasting probes and what each checks.
 PASTE_PROBES = {
@@ -23,12 +23,14 @@ PASTE_PROBES = {
 }
 
 
+#: What the classes need, and the command that installs it.
+NEEDS, INSTALL = ("agentdojo",), "pip install 'corrgrpo[agentdojo]'"
+
+
 def _paste_probe(name: str) -> Callable[[object], tuple[bool, str]]:
     def run(target: object) -> tuple[bool, str]:
-        try:
-            from corrgrpo_envs.agentdojo import paste_probes
-        except ImportError as exc:  # no AgentDojo here: there is no utility reward to raise
-            return True, f"AgentDojo is not installed ({exc.name}): nothing to attack"
+        from corrgrpo_envs.agentdojo import paste_probes
+
         return paste_probes.PROBES[name]()
     return run
 
@@ -38,4 +40,5 @@ def register_paste_probes() -> None:
     known = {a.name for a in registry.ATTACKS}
     for name, description in PASTE_PROBES.items():
         if f"agentdojo_{name}" not in known:
-            registry.register(f"agentdojo_{name}", f"AgentDojo: {description}")(_paste_probe(name))
+            registry.register(f"agentdojo_{name}", f"AgentDojo: {description}", needs=NEEDS,
+                              install=INSTALL)(_paste_probe(name))

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from corrgrpo_envs.redteam import registry
 
-__all__ = ["register_openenv_probes"]
+__all__ = ["INSTALL", "register_openenv_probes"]
+
+#: What installs the OpenEnv classes' part (openenv's own pins clash with the project's).
+INSTALL = "pip install 'corrgrpo[openenv]' && pip install --no-deps openenv==0.10.0"
 
 
 def register_openenv_probes() -> str | None:
@@ -18,7 +21,7 @@ def register_openenv_probes() -> str | None:
         from corrgrpo_envs.integrations import openenv_probes
     except ImportError as exc:
         return (f"OpenEnv classes (openenv_server_*, openenv_client_*) absent: the openenv extra is "
-                f"not installed ({exc.name or exc} is missing)")
+                f"not installed ({exc.name or exc} is missing): {INSTALL}")
     if "openenv_server_token" not in {a.name for a in registry.ATTACKS}:
         registry.register_probes(openenv_probes)
     return None

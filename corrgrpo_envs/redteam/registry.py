@@ -11,6 +11,7 @@ in with :func:`register_probe`, or all of a module's with :func:`register_probes
 
 from __future__ import annotations
 
+import importlib
 import tempfile
 import time
 import traceback
@@ -20,8 +21,8 @@ from pathlib import Path
 
 from corrgrpo_sandbox import Limits, Sandbox, make_sandbox
 
-__all__ = ["ATTACKS", "LIMITS", "AttackClass", "Outcome", "Target", "register", "register_probe",
-           "register_probes", "run_attacks"]
+__all__ = ["ATTACKS", "LIMITS", "AttackClass", "Outcome", "Target", "missing_part", "register",
+           "register_probe", "register_probes", "run_attacks"]
 
 #: Limits of the sandbox the attacks run in (small, so that bombs end fast).
 LIMITS = Limits(timeout=2.0, memory_mb=256, file_size_mb=4, processes=32, output_bytes=1 << 16)
@@ -38,36 +39,57 @@ class Target:
 
 @dataclass(frozen=True)
 class AttackClass:
-    """One kind of attack: ``run(target) -> (held, detail)``."""
+    """One kind of attack: ``run(target) -> (held, detail)``; it ``needs`` these modules (an
+    optional part of the project, which ``install`` installs)."""
 
     name: str
     description: str
     run: Callable[[Target], tuple[bool, str]]
+    needs: tuple[str, ...] = ()
+    install: str = ""
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one attack class fared: ``held`` (the defence stood) or not, and why."""
+    """How one attack class fared: ``held`` (the defence stood) or not, and why; ``skipped``
+    (then ``held`` is False and means nothing) when a module it needs is absent."""
 
     name: str
     held: bool
     detail: str
     seconds: float
+    skipped: bool = False
 
 
 #: Every attack class, in the order they run.
 ATTACKS: list[AttackClass] = []
 
 
-def register(name: str, description: str) -> Callable[[Callable[[Target], tuple[bool, str]]],
-                                                      Callable[[Target], tuple[bool, str]]]:
-    """Decorator: add ``fn(target) -> (held, detail)`` to :data:`ATTACKS` as ``name``."""
+def register(name: str, description: str, needs: tuple[str, ...] = (), install: str = "") \
+        -> Callable[[Callable[[Target], tuple[bool, str]]], Callable[[Target], tuple[bool, str]]]:
+    """Decorator: add ``fn(target) -> (held, detail)`` to :data:`ATTACKS` as ``name``; a class
+    that ``needs`` modules of an optional part is skipped where one cannot be imported, with
+    the command that installs them (``install``)."""
     def add(fn: Callable[[Target], tuple[bool, str]]) -> Callable[[Target], tuple[bool, str]]:
         if any(a.name == name for a in ATTACKS):
             raise ValueError(f"attack class {name!r} is registered twice")
-        ATTACKS.append(AttackClass(name, description, fn))
+        ATTACKS.append(AttackClass(name, description, fn, tuple(needs), install))
         return fn
     return add
+
+
+def missing_part(attack: AttackClass) -> str:
+    """Why ``attack`` cannot run here (a module it needs cannot be imported, and how to install
+    it), or ``""``."""
+    for module in attack.needs:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            missing = exc.name or module
+            why = f"{module} is not installed" if missing == module else \
+                f"{module} cannot be imported ({missing} is missing)"
+            return why + (f": {attack.install}" if attack.install else "")
+    return ""
 
 
 def register_probe(name: str, description: str, probe: Callable[[], tuple[bool, str]]) -> None:
@@ -92,7 +114,8 @@ def register_probes(module: object, prefix: str = "probe_") -> list[str]:
 def run_attacks(backend: str = "auto", names: Iterable[str] | None = None,
                 on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Run the attack classes (all, or those ``names``) against ``backend``; an attack class
-    that raises counts as broken (its defence could not be checked)."""
+    that raises counts as broken (its defence could not be checked), one whose optional part
+    is absent is skipped."""
     chosen = list(ATTACKS)
     if names is not None:
         wanted = list(names)
@@ -107,6 +130,13 @@ def run_attacks(backend: str = "auto", names: Iterable[str] | None = None,
             target = Target(sandbox.name, sandbox, Path(folder))
             for attack in chosen:
                 start = time.perf_counter()
+                absent = missing_part(attack)
+                if absent:
+                    outcome = Outcome(attack.name, False, absent, 0.0, skipped=True)
+                    outcomes.append(outcome)
+                    if on_outcome is not None:
+                        on_outcome(outcome)
+                    continue
                 try:
                     held, detail = attack.run(target)
                 except Exception as exc:  # noqa: BLE001 - the report names it

@@ -258,6 +258,7 @@ def _isolate_fs(header):
     _corrgrpo_read_only_below(new, writable)
     _corrgrpo_pivot(new)
     _corrgrpo_hide(view)
+    _corrgrpo_mask(header.get("masked_proc", ()))
 
 
 def _corrgrpo_place(target, kind, arg, size):
@@ -343,6 +344,16 @@ def _corrgrpo_hide(view):
         _mount("/dev/null", path, None, MS_BIND)
         _mount(None, path, None, _RO_BIND | MS_NOEXEC)
     _mount(None, "/", None, _RO_BIND)
+
+
+def _corrgrpo_mask(paths):
+    # Files of /proc that list what the host and other sandboxes hold (/proc/locks: every
+    # open-file-description lock, whatever its pid namespace): covered by a nodev bind of
+    # /dev/null, which cannot be opened.
+    for path in paths:
+        if os.path.exists(path):
+            _mount("/dev/null", path, None, MS_BIND)
+            _mount(None, path, None, _RO_BIND | MS_NOEXEC)
 
 
 def _confine(uid=None, keep=()):

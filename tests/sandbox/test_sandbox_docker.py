@@ -19,6 +19,7 @@ import pytest
 
 from corrgrpo_sandbox import Limits, SandboxUnavailable
 from corrgrpo_sandbox.docker import (
+    MASKED_PATHS,
     DockerEngineError,
     DockerSandbox,
     docker_available,
@@ -326,6 +327,7 @@ args = {{
     "clone3": (p, 88),
     "inotify_init": (), "inotify_init1": (0,), "inotify_add_watch": (0, b"/tmp", 0x20),
     "fanotify_init": (0x200, 0), "fanotify_mark": (0, 1, 0x20, -100, b"/tmp"),
+    "flock": (0, 6), "io_setup": (1, p), "io_submit": (0, 0, 0), "cachestat": (0, p, p + 64, 0),
 }}
 out = {{}}
 for name, call_args in args.items():
@@ -353,6 +355,20 @@ def test_denied_system_calls_fail_with_eperm(box):
     assert int(out["filters"][0]) >= 2, "the engine's profile and the backend's filter, stacked"
     plain_fork = "import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nprint(os.waitpid(pid, 0)[1])"
     assert box.run(plain_fork).stdout == "0\n"  # forks without new namespaces still work
+
+
+def test_proc_locks_is_masked_with_the_engines_own_paths(box):
+    """``/proc/locks`` lists the open-file-description locks of the host and every container;
+    the backend's list of masked paths keeps every path the engine masks by default."""
+    result = box.run("print(repr(open('/proc/locks').read()))")
+    assert (result.status, result.stdout) == ("ok", "''\n"), result
+    client = box._client()
+    plain = client.api.create_container(box.image, "true")  # the engine's defaults
+    try:
+        default = client.api.inspect_container(plain["Id"])["HostConfig"]["MaskedPaths"]
+    finally:
+        client.api.remove_container(plain["Id"])
+    assert set(default) <= set(MASKED_PATHS) and "/proc/locks" not in default
 
 
 def test_the_backend_filter_stacks_on_a_custom_profile(tmp_path):

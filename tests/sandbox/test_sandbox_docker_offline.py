@@ -83,3 +83,52 @@ def test_the_numbers_are_libseccomps(machine):
     arch = {"x86_64": pyseccomp.Arch.X86_64, "aarch64": pyseccomp.Arch.AARCH64}[machine]
     numbers = {**syscall_numbers(machine), **runner_syscall_numbers(machine)}
     assert numbers == {name: int(pyseccomp.resolve_syscall(arch, name)) for name in numbers}
+
+
+def _verdict(program: bytes, audit: int, nr: int, args: tuple[int, ...] = ()) -> int:
+    """What a classic BPF seccomp program returns for one call (the opcodes the filter uses)."""
+    data = struct.pack("<iI8x", nr, audit) + b"".join(
+        struct.pack("<Q", a & (1 << 64) - 1) for a in (*args, *[0] * (6 - len(args))))
+    rules = [struct.unpack("<HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = rules[pc]
+        if code == 0x20:  # load a word of seccomp_data
+            acc = struct.unpack_from("<I", data, k)[0]
+        elif code == 0x06:
+            return k
+        elif code in (0x15, 0x35, 0x45):  # jeq, jge, jset
+            taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += jt if taken else jf
+        else:
+            raise AssertionError(f"opcode {code:#x}")
+        pc += 1
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_filter_denies_calls_by_their_arguments(machine):
+    """fcntl's lock, lease and notification commands, fadvise's DONTNEED and preadv2's
+    RWF_NOWAIT are denied; every other command, advice and flag passes; the upper 32 bits of a
+    command (which the kernel drops) change nothing."""
+    program, numbers = denial_filter(machine), syscall_numbers(machine)
+    audit = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}[machine]
+    eperm, allow = 0x00050001, 0x7FFF0000
+
+    def verdict(name: str, *args: int) -> int:
+        return _verdict(program, audit, numbers[name], args)
+
+    for command in (5, 6, 7, 36, 37, 38, 1024, 1025, 1026):
+        assert verdict("fcntl", 3, command) == eperm, command
+        assert verdict("fcntl", 3, (1 << 32) | command) == eperm, command
+    for command in (0, 1, 2, 3, 4, 8, 9, 10, 11, 1030, 1031, 1033):  # F_DUPFD... F_SETSIG...
+        assert verdict("fcntl", 3, command) == allow, command
+    assert verdict("fadvise64", 3, 0, 0, 4) == eperm
+    assert [verdict("fadvise64", 3, 0, 0, a) for a in (0, 1, 2, 3, 5)] == [allow] * 5
+    assert verdict("preadv2", 3, 0, 1, 0, 0, 0x8) == eperm
+    assert verdict("preadv2", 3, 0, 1, 0, 0, 0x8 | 0x1) == eperm
+    assert [verdict("preadv2", 3, 0, 1, 0, 0, f) for f in (0, 0x1, 0x2, 0x4)] == [allow] * 4
+    for name in ("flock", "io_setup", "io_submit", "cachestat"):
+        assert verdict(name, 3, 2) == eperm, name
+    assert verdict("unshare", 0x10000000) == eperm and verdict("unshare", 0x20000) == allow
+    getpid = {"x86_64": 39, "aarch64": 172}[machine]  # a call the filter does not name
+    assert _verdict(program, audit, getpid) == allow

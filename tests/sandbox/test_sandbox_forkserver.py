@@ -168,6 +168,8 @@ ODD_ENDINGS = (
      ("killed", "killed:SIGKILL", "ok")),
     ("import os\nos._exit(3)", ("killed",)),
     ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", ("killed:SIGSEGV",)),
+    # a real-time signal has no name of its own (a dnotify watch sends one to its owner)
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGRTMIN + 6)", ("killed:SIGRTMIN+6",)),
     ("import os\nos.close(3)\nos.close(1)", ("killed",)),
     ("import sys\nsys.stdout.close()\nsys.stderr.close()\nraise SystemExit(0)", ("error:SystemExit",)),
     ("import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()", ("timeout",)),

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.skipif(bool(seccomp_unavailable_reason()),
 LIMITS = Limits(timeout=5.0, memory_mb=256)
 _ARCH = pyseccomp.system_arch()
 NUMBERS = {name: int(pyseccomp.resolve_syscall(_ARCH, name)) for name in DENIED}
+NUMBERS_OF_ARGUMENT_CALLS = {"fcntl": int(pyseccomp.resolve_syscall(_ARCH, "fcntl"))}
 CLONE_NEWUSER, SIGCHLD = 0x10000000, 17
 
 # Each denied call with arguments that would do something without the filter (or fail with
@@ -53,6 +54,10 @@ CALLS = {
     "inotify_add_watch": '(0, b"/tmp", 0x20)',  # IN_OPEN (fd 0: not an inotify one)
     "fanotify_init": "(0x200, 0)",  # FAN_REPORT_FID: allowed without privileges since 5.13
     "fanotify_mark": '(0, 1, 0x20, -100, b"/tmp")',  # FAN_MARK_ADD, FAN_OPEN
+    "flock": "(0, 2 | 4)",  # LOCK_EX | LOCK_NB on the program's stdin
+    "io_setup": "(1, ctypes.byref(aio_context))",
+    "io_submit": "(0, 0, None)",
+    "cachestat": "(0, ctypes.byref(cache_range), ctypes.byref(cache_stat), 0)",
 }
 # (a call this machine does not have, like inotify_init on aarch64, cannot be made at all)
 CALLS = {name: args for name, args in CALLS.items() if NUMBERS[name] >= 0}
@@ -69,6 +74,8 @@ perf_attr = (ctypes.c_char * 128)()
 ctypes.memmove(perf_attr, (ctypes.c_uint32 * 2)(1, 128), 8)  # PERF_TYPE_SOFTWARE, size
 bpf_attr = (ctypes.c_uint32 * 18)(2, 4, 4, 1)  # an array map
 mount_attr = (ctypes.c_uint64 * 4)(1, 0, 0, 0)  # MOUNT_ATTR_RDONLY
+aio_context = ctypes.c_ulong(0)
+cache_range, cache_stat = (ctypes.c_uint64 * 2)(0, 4096), (ctypes.c_uint64 * 5)()
 def arg(a):
     if a is None or isinstance(a, (bytes, ctypes._SimpleCData)) or hasattr(a, "_obj"):
         return a
@@ -201,3 +208,97 @@ def test_a_program_cannot_watch_the_files_a_concurrent_program_opens(backend, fi
         assert watcher.stdout == "inotify_init1 EPERM\n"
     else:  # the channel the filter closes
         assert "'tool.py'" in watcher.stdout, watcher.stdout
+
+
+#: fcntl commands, fadvise advice and preadv2 flags, each made by a program on a file of the
+#: host every sandbox binds (os.py) and on a file of its own; a command's upper 32 bits are
+#: ignored by the kernel, so they must not slip a command past the filter.
+ARGUMENT_PROBE = '''
+import ctypes, errno, fcntl, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+shared = os.open(os.__file__, os.O_RDONLY)
+folder = os.open(os.path.dirname(os.__file__), os.O_RDONLY)
+own = os.open("/tmp/own", os.O_CREAT | os.O_RDWR)
+os.write(own, b"x" * 8192)
+lock = struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 1, 0)
+out = {}
+def call(name, fn):
+    try:
+        fn()
+        out[name] = "OK"
+    except OSError as exc:
+        out[name] = errno.errorcode[exc.errno]
+for fd, where in ((shared, "shared"), (own, "own")):
+    call("F_SETLK " + where, lambda: fcntl.fcntl(fd, fcntl.F_SETLK, lock))
+    call("F_GETLK " + where, lambda: fcntl.fcntl(fd, fcntl.F_GETLK, lock))
+    call("F_OFD_SETLK " + where, lambda: fcntl.fcntl(fd, 37, lock))
+    call("lockf " + where, lambda: fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
+    call("flock " + where, lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
+    call("F_GETLEASE " + where, lambda: fcntl.fcntl(fd, 1025))
+    call("DONTNEED " + where, lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED))
+    call("WILLNEED " + where, lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED))
+    call("RANDOM " + where, lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM))
+    call("RWF_NOWAIT " + where, lambda: os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT))
+    call("RWF_HIPRI " + where, lambda: os.preadv(fd, [bytearray(1)], 0, os.RWF_HIPRI))
+call("F_NOTIFY", lambda: fcntl.fcntl(folder, fcntl.F_NOTIFY, fcntl.DN_ACCESS))
+call("F_SETSIG", lambda: fcntl.fcntl(folder, 10, 0))
+call("F_GETFL", lambda: fcntl.fcntl(own, fcntl.F_GETFL))
+call("F_SETFD", lambda: fcntl.fcntl(own, fcntl.F_SETFD, fcntl.FD_CLOEXEC))
+call("F_DUPFD_CLOEXEC", lambda: os.close(fcntl.fcntl(own, fcntl.F_DUPFD_CLOEXEC, 10)))
+ctypes.set_errno(0)
+high = libc.syscall(ctypes.c_long(FCNTL), ctypes.c_long(own), ctypes.c_long((1 << 32) | 6),
+                    lock)  # F_SETLK with bits the kernel drops
+out["F_SETLK upper bits"] = "OK" if high >= 0 else errno.errorcode[ctypes.get_errno()]
+print(out)
+'''
+
+DENIED_HERE = {"F_SETLK", "F_GETLK", "F_OFD_SETLK", "lockf", "flock", "F_GETLEASE", "DONTNEED",
+               "RWF_NOWAIT"}
+
+
+def test_lock_notification_and_page_cache_arguments_are_denied(sandbox):
+    """File locks, leases, directory notifications, evictions and page-cache probes get EPERM,
+    on the host's files and the program's own alike (a filter cannot tell them apart); every
+    other command, advice and flag still works."""
+    result = sandbox.run(ARGUMENT_PROBE.replace("FCNTL", str(NUMBERS_OF_ARGUMENT_CALLS["fcntl"])))
+    assert result.status == "ok", result.stderr
+    out = eval(result.stdout)
+    for name, code in out.items():
+        denied = name in ("F_NOTIFY", "F_SETLK upper bits") or name.split()[0] in DENIED_HERE
+        # (RWF_HIPRI: EOPNOTSUPP on a file system without polled I/O, never EPERM)
+        assert (code == "EPERM") == denied, (name, code, out)
+    assert out["RWF_HIPRI own"] in ("OK", "EOPNOTSUPP") and out["F_SETSIG"] == "OK"
+
+#: What ordinary programs do that could touch the calls denied for some arguments.
+LEGIT = '''
+import concurrent.futures, json, multiprocessing, shelve, sqlite3, subprocess, sys, tempfile
+db = sqlite3.connect(":memory:")
+db.execute("create table t (x)")
+db.execute("insert into t values (42)")
+assert db.execute("select x from t").fetchall() == [(42,)]
+unlocked = sqlite3.connect("file:/tmp/unlocked.db?vfs=unix-none", uri=True)
+unlocked.execute("create table t (x)")
+unlocked.commit()
+with tempfile.NamedTemporaryFile() as f:
+    f.write(b"x")
+    f.flush()
+with multiprocessing.Pool(2) as pool:
+    assert pool.map(abs, [-1, -2]) == [1, 2]
+with shelve.open("/tmp/shelf") as shelf:
+    shelf["k"] = [1]
+try:
+    sqlite3.connect("/tmp/locked.db").execute("create table t (x)")
+    print("file-backed sqlite ok")
+except sqlite3.OperationalError as exc:
+    print("file-backed sqlite:", exc)
+'''
+
+
+def test_ordinary_programs_need_no_lock_or_eviction(sandbox):
+    """In-memory SQLite, SQLite without locks (vfs=unix-none), temporary files, process pools
+    and shelve work under the filter; SQLite on a file with its default locking VFS does not
+    (its locks are fcntl record locks: denied)."""
+    result = sandbox.run(LEGIT, Limits(timeout=20.0, memory_mb=512))
+    assert result.status == "ok", result.stderr
+    assert result.stdout == "file-backed sqlite: access permission denied\n", result.stdout

@@ -45,6 +45,19 @@ class AdvantageResult:
         return None if weight is None else weight.to(torch.float32)
 
     @property
+    def loss_weighted_advantages(self) -> torch.Tensor:
+        """``[N]`` float32 ``advantages * loss_weight``: what to give a loss that takes no
+        per-response weight (TRL's, verl's), so that it weighs each response's policy term.
+
+        The weight is >= 0 and a PPO-clip term ``min(r A, clip(r) A)`` (and every other policy
+        term that is a sign-dependent multiple of ``A``) is positively homogeneous in ``A``:
+        ``min(r wA, clip(r) wA) = w min(r A, clip(r) A)`` for ``w >= 0``. A KL or entropy term,
+        which does not contain ``A``, keeps its weight of 1.
+        """
+        weight = self.loss_weight
+        return self.advantages if weight is None else self.advantages * weight
+
+    @property
     def metrics(self) -> dict[str, float]:
         """The estimator's own diagnostics of the batch (empty when it reports none)."""
         found = None if self.decomposition is None else self.decomposition.metrics
@@ -69,8 +82,9 @@ def compute_advantages(
             ``saw``, ``gd2po`` ... or a registered one) or an entry point
             ``package.module:function``.
         weights: ``[K]`` finite reward weights, default ones.
-        token_counts: ``[N]`` trained tokens of each response, or None. Estimators whose
-            authors weigh batch means by tokens (verl's ``masked_whiten``: ``saw``, ``gd2po``)
+        token_counts: ``[N]`` trained tokens of each response, or None: the one source of
+            token counts (``RewardGroups.token_counts``). Estimators whose authors weigh batch
+            means by tokens (verl's ``masked_whiten``: ``saw``, ``gd2po``, ``dara``, ``rvpo``)
             read them; without them every response counts once.
         **options: the estimator's options (e.g. ``scale`` for grpo, ``eps``,
             ``min_denominator`` for corrgrpo).

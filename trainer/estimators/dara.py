@@ -17,20 +17,23 @@ states it at 0459102); the math stack's variant (math/rdgdpo/advantages.py at 04
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
-from trainer.estimators.batch_whitening import check_normalisation, check_token_counts, normalised
-from trainer.estimators.channel_z import channel_z, check_singleton
 from trainer.estimators.groups import RewardGroups
 from trainer.estimators.parts import component_weight
 from trainer.estimators.registry import (
     DEFAULT_EPS,
     Decomposition,
+    check_choice,
     check_eps,
     decomposed,
     register_estimator,
+)
+from trainer.estimators.verl_normalisation import (
+    NORMALISATIONS,
+    batch_normalised,
+    group_z_scores,
 )
 
 __all__ = ["CALIBRATIONS", "dara_advantages", "density_weights"]
@@ -51,14 +54,14 @@ def dara_advantages(
     eps: float = DEFAULT_EPS,
     normalise: str = "tokens",
     whiten_eps: float = 1e-8,
-    token_counts: Any = None,
     singleton: str = "raw",
 ) -> Decomposition:
     """DARA: ``A = norm(sum_k s_k(A_ik))`` with density weights ``d_k = min(w_max, sqrt(pi_max / pi_k))``.
 
     ``A_ik = w_k z_ik`` is reward k's group z-score times its reward weight ``w_k``
-    (:func:`~trainer.estimators.channel_z.channel_z`); ``pi_k`` is the share of groups with
-    ``sum_i L_i |A_ik| > tau`` (``L_i`` the token counts, 1 without them); ``s_k(a) = d_k a``
+    (:func:`~trainer.estimators.verl_normalisation.group_z_scores`); ``pi_k`` is the share of
+    groups with ``sum_i L_i |A_ik| > tau`` (``L_i`` the token counts given to
+    ``compute_advantages``, 1 without them: the authors' token-level tensors); ``s_k(a) = d_k a``
     (symmetric) or ``a + (d_k - 1) max(a, 0)`` (positive). A reward with ``pi_k = 0`` gets
     ``w_max`` (its z-scores are 0, so the weight does nothing: the authors' tool-calling code).
 
@@ -70,32 +73,27 @@ def dara_advantages(
         w_max: cap on the density weight (paper: 5), at least 1.
         tau: a group carries reward k's signal when its summed absolute advantage exceeds tau.
         eps: added to the group std of each reward (outside the root).
-        normalise: ``tokens`` (verl's token whitening, default), ``responses`` (std + eps over
-            responses: the math stack) or ``none``.
+        normalise: ``tokens`` (verl's token whitening, default: a response counts once per
+            token, once without token counts), ``responses`` (std + eps over responses: the math
+            stack) or ``none``.
         whiten_eps: inside the root of the token whitening's variance (verl: 1e-8).
-        token_counts: ``[N]`` tokens of each response: weighs the density and the token
-            whitening as the authors' token-level tensors do; None counts each response once.
         singleton: ``raw`` (a group of one gets its reward over ``1 + eps``: verl's) or ``zero``.
 
     Metrics: ``density/<k>`` (``pi_k``), ``weight/<k>`` (``d_k``), ``active_groups/<k>`` per reward column k.
     """
     eps, tau, whiten_eps = check_eps(eps), check_eps(tau, "tau"), check_eps(whiten_eps, "whiten_eps")
-    if calibration not in CALIBRATIONS:
-        raise ValueError(f"dara option calibration must be 'positive' or 'symmetric', got {calibration!r}")
+    check_choice(calibration, CALIBRATIONS, "calibration")
     if not (isinstance(w_max, (int, float)) and math.isfinite(w_max) and w_max >= 1):
-        raise ValueError(f"dara option w_max must be a finite number >= 1, got {w_max!r}")
-    check_normalisation(normalise, "dara")
-    check_singleton(singleton, "dara")
-    tokens = check_token_counts(token_counts, groups.index.shape[0], "dara", groups.rewards.device)
+        raise ValueError(f"option w_max must be a finite number >= 1, got {w_max!r}")
+    check_choice(normalise, NORMALISATIONS, "normalise")
 
-    channel = channel_z(groups, eps, singleton)  # [N, K]
-    active, density, weight = density_weights(groups, channel, tokens, tau, float(w_max))
+    channel = group_z_scores(groups, eps, singleton) * groups.weights  # [N, K]
+    active, density, weight = density_weights(groups, channel, tau, float(w_max))
     if calibration == "symmetric":
         calibrated = channel * weight
     else:
         calibrated = channel + (weight - 1.0) * channel.clamp(min=0.0)
-    parts, scale = normalised(calibrated, groups.valid, normalise, token_counts=tokens, eps=eps,
-                              whiten_eps=whiten_eps)
+    parts, scale = batch_normalised(calibrated, groups, normalise, eps=eps, whiten_eps=whiten_eps)
     group_weight = (component_weight(groups, eps) * weight * scale) if calibration == "symmetric" else None
     metrics: dict[str, float] = {}
     for k in range(groups.num_components):
@@ -106,13 +104,15 @@ def dara_advantages(
 
 
 def density_weights(
-    groups: RewardGroups, channel: torch.Tensor, tokens: torch.Tensor | None, tau: float, w_max: float
+    groups: RewardGroups, channel: torch.Tensor, tau: float, w_max: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``[K]`` each reward's active groups, density ``pi_k`` and capped density weight ``d_k``.
 
     A group is active for reward k when ``sum_i L_i |A_ik| > tau`` over its members (the
-    authors' token-level advantages summed over tokens and rollouts).
+    authors' token-level advantages summed over tokens and rollouts; ``L_i`` the groups' token
+    counts, 1 without them).
     """
+    tokens = groups.token_counts
     energy = channel.abs() if tokens is None else channel.abs() * tokens.unsqueeze(1)
     active = (groups.group_sum(energy) > tau).sum(dim=0).to(channel.dtype)  # [K]
     density = active / max(groups.num_groups, 1)

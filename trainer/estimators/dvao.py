@@ -13,13 +13,17 @@ not above 1e-8 gets advantage 0. No code by DVAO's own authors was found.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from trainer.estimators.groups import RewardGroups
 from trainer.estimators.parts import scaled
-from trainer.estimators.registry import Decomposition, decomposed, register_estimator
+from trainer.estimators.registry import (
+    Decomposition,
+    check_choice,
+    check_eps,
+    decomposed,
+    register_estimator,
+)
 
 __all__ = ["dvao_advantages"]
 
@@ -43,10 +47,8 @@ def dvao_advantages(groups: RewardGroups, *, std: str = "population", eps: float
     Metrics: ``weight/<k>``, the mean over groups of reward k's effective weight
     ``w_k sigma_qk / D_q``, and ``zero_groups``, the share of groups with ``D_q <= eps``.
     """
-    if std not in ("population", "sample"):
-        raise ValueError(f"dvao option std must be 'population' or 'sample', got {std!r}")
-    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
-        raise ValueError(f"dvao option eps must be a finite number >= 0, got {eps!r}")
+    check_choice(std, ("population", "sample"), "std")
+    eps = check_eps(eps)
     if std == "sample":
         sigma = groups.std
     else:  # the sample variance's sum of squares over n_q: a NaN adds 0 but counts, as elsewhere

@@ -33,16 +33,15 @@ from trainer.estimators.groups import RewardGroups
 from trainer.estimators.registry import (
     DEFAULT_EPS,
     Decomposition,
+    check_choice,
     check_eps,
     decomposed,
     register_estimator,
 )
 from trainer.estimators.verl_normalisation import (
     BATCH_WEIGHTINGS,
-    batch_counts,
-    check_choice,
+    batch_normalised,
     group_z_scores,
-    whitened,
 )
 
 __all__ = ["KEEP_WEIGHTS", "SIGN_EPS", "SNR_EPS", "VARIANTS", "conflict_filter", "gd2po_advantages"]
@@ -138,7 +137,7 @@ def gd2po_advantages(
     # GD²PO scales by rho_q BEFORE whitening ("so whiten won't erase the ratio"); DARA after, in the loss
     factor = rho if keep_weight == "advantage" else torch.ones_like(rho)
     scaled = advantages * (groups.per_response(factor) * kept).unsqueeze(1)
-    parts, scale = whitened(scaled, batch_counts(groups, batch_weighting) * kept)
+    parts, scale = batch_normalised(scaled, groups, "tokens", eps=eps, batch_weighting=batch_weighting, kept=kept)
     parts = torch.where((keep & groups.valid).unsqueeze(1), parts, 0.0)
     weight = torch.where(groups.active, (factor * scale).unsqueeze(1) / (groups.std + eps), math.nan)
     metrics = {

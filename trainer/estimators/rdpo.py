@@ -38,14 +38,15 @@ import math
 import torch
 
 from trainer.estimators.groups import RewardGroups
-from trainer.estimators.parts import standardised
 from trainer.estimators.registry import (
     DEFAULT_EPS,
     Decomposition,
+    check_choice,
     check_eps,
     decomposed,
     register_estimator,
 )
+from trainer.estimators.verl_normalisation import batch_normalised
 
 __all__ = ["mid_ranks", "quantile_scores", "rdpo_advantages", "whitened"]
 
@@ -82,17 +83,12 @@ def rdpo_advantages(
     ``dropped_directions`` (their directions of no variance: redundant rewards).
     """
     eps, rtol, ridge = check_eps(eps), check_eps(rtol, "rtol"), check_eps(ridge, "ridge")
-    if quantile not in ("normal", "uniform"):
-        raise ValueError(f"rdpo option quantile must be 'normal' or 'uniform', got {quantile!r}")
-    if covariance not in ("pooled", "group"):
-        raise ValueError(f"rdpo option covariance must be 'pooled' or 'group', got {covariance!r}")
-    if normalise not in ("responses", "none"):
-        raise ValueError(f"rdpo option normalise must be 'responses' or 'none', got {normalise!r}")
+    check_choice(quantile, ("normal", "uniform"), "quantile")
+    check_choice(covariance, ("pooled", "group"), "covariance")
+    check_choice(normalise, ("responses", "none"), "normalise")  # GDPO's; no token whitening in the paper
     scores, active = quantile_scores(groups, quantile, bool(magnitude))
     y, metrics = whitened(groups, scores, active, covariance, rtol, ridge)
-    parts = y * groups.weights
-    if normalise == "responses":
-        parts, _ = standardised(parts, groups.valid, eps)
+    parts, _ = batch_normalised(y * groups.weights, groups, normalise, eps=eps)
     return Decomposition(parts, None, None, metrics)
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "DecompositionFn",
     "Estimator",
     "available_estimators",
+    "check_choice",
     "check_eps",
     "decomposed",
     "get_estimator",
@@ -149,3 +150,10 @@ def check_eps(eps: float, name: str = "eps") -> float:
     if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
         raise ValueError(f"{name} must be a finite number >= 0, got {eps!r}")
     return float(eps)
+
+
+def check_choice(value: str, choices: tuple[str, ...], name: str) -> str:
+    """``value`` if it is one of ``choices``, else ValueError naming the option and the choices."""
+    if value not in choices:
+        raise ValueError(f"option {name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value

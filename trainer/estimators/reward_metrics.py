@@ -9,12 +9,12 @@ share of groups in which each component varies and the fraction of zero-variance
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["reward_metrics"]
+__all__ = ["estimator_metrics", "reward_metrics"]
 
 
 def _finite(values: Any) -> np.ndarray:
@@ -70,4 +70,17 @@ def reward_metrics(
     corr = stats.get("mean_correlation")
     if corr is not None:
         out["reward_correlation"] = [[None if v is None else float(v) for v in row] for row in corr]
+    return out
+
+
+def estimator_metrics(metrics: Mapping[str, float], names: Sequence[str]) -> dict[str, float]:
+    """The estimator's own diagnostics (``AdvantageResult.metrics``) under ``estimator/``, as every
+    trainer logs them; a key ending in ``/<k>`` (component k's position) ends in the component's
+    name instead (``weight/1`` -> ``estimator/weight/format``)."""
+    out = {}
+    for key, value in metrics.items():
+        head, _, tail = key.rpartition("/")
+        if head and tail.isdigit() and int(tail) < len(names):
+            key = f"{head}/{names[int(tail)]}"
+        out[f"estimator/{key}"] = float(value)
     return out

@@ -14,19 +14,22 @@ verl's token whitening. No code by the paper's authors was found.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
-from trainer.estimators.batch_whitening import check_normalisation, check_token_counts, normalised
-from trainer.estimators.channel_z import channel_z, check_singleton
 from trainer.estimators.groups import RewardGroups
 from trainer.estimators.registry import (
     DEFAULT_EPS,
     Decomposition,
+    check_choice,
     check_eps,
     decomposed,
     register_estimator,
+)
+from trainer.estimators.verl_normalisation import (
+    NORMALISATIONS,
+    batch_normalised,
+    group_z_scores,
 )
 
 __all__ = ["rvpo_advantages", "soft_minimum"]
@@ -41,13 +44,12 @@ def rvpo_advantages(
     eps: float = DEFAULT_EPS,
     normalise: str = "tokens",
     whiten_eps: float = 1e-8,
-    token_counts: Any = None,
     singleton: str = "raw",
 ) -> Decomposition:
     """RVPO: ``A = norm(m_i)``, ``m_i = -1/k log(1/M sum_j exp(-k A_ij))``.
 
     ``A_ij = w_j z_ij`` is reward j's weighted group z-score
-    (:func:`~trainer.estimators.channel_z.channel_z`); the soft minimum runs over the M rewards
+    (:func:`~trainer.estimators.verl_normalisation.group_z_scores`); the soft minimum runs over the M rewards
     of non-zero weight (a reward of weight 0 is not optimised, so it is left out; a reward
     constant in a group is in, with z = 0, as in the authors' code).
 
@@ -60,9 +62,9 @@ def rvpo_advantages(
     Options:
         k: risk coefficient (> 0; the DARA repository and the paper's tool-calling runs: 1).
         eps: added to the group std of each reward (outside the root).
-        normalise: ``tokens`` (verl's token whitening, default), ``responses`` or ``none``.
+        normalise: ``tokens`` (verl's token whitening, default: a response counts once per
+            token given to ``compute_advantages``, once without them), ``responses`` or ``none``.
         whiten_eps: inside the root of the token whitening's variance (verl: 1e-8).
-        token_counts: ``[N]`` tokens of each response for the token whitening; None: 1 each.
         singleton: ``raw`` (a group of one gets its reward over ``1 + eps``: verl's) or ``zero``.
 
     Metrics: ``aggregate_mean`` (mean soft minimum) and ``variance_penalty_mean`` (mean of
@@ -70,12 +72,10 @@ def rvpo_advantages(
     """
     eps, whiten_eps = check_eps(eps), check_eps(whiten_eps, "whiten_eps")
     if not (isinstance(k, (int, float)) and math.isfinite(k) and k > 0):
-        raise ValueError(f"rvpo option k must be a finite number > 0, got {k!r}")
-    check_normalisation(normalise, "rvpo")
-    check_singleton(singleton, "rvpo")
-    tokens = check_token_counts(token_counts, groups.index.shape[0], "rvpo", groups.rewards.device)
+        raise ValueError(f"option k must be a finite number > 0, got {k!r}")
+    check_choice(normalise, NORMALISATIONS, "normalise")
 
-    channel = channel_z(groups, eps, singleton)
+    channel = group_z_scores(groups, eps, singleton) * groups.weights
     included = groups.weights != 0
     parts = torch.zeros_like(channel)
     if included.any():
@@ -90,8 +90,7 @@ def rvpo_advantages(
         }
     else:
         metrics = {"aggregate_mean": 0.0, "variance_penalty_mean": 0.0}
-    parts, _ = normalised(parts, groups.valid, normalise, token_counts=tokens, eps=eps,
-                          whiten_eps=whiten_eps)
+    parts, _ = batch_normalised(parts, groups, normalise, eps=eps, whiten_eps=whiten_eps)
     return Decomposition(parts, None, None, metrics)
 
 

@@ -33,6 +33,7 @@ from trainer.estimators.groups import RewardGroups
 from trainer.estimators.registry import (
     DEFAULT_EPS,
     Decomposition,
+    check_choice,
     check_eps,
     decomposed,
     register_estimator,
@@ -40,10 +41,8 @@ from trainer.estimators.registry import (
 from trainer.estimators.verl_normalisation import (
     BATCH_WEIGHTINGS,
     SINGLETONS,
-    batch_counts,
-    check_choice,
+    batch_normalised,
     group_z_scores,
-    whitened,
 )
 
 __all__ = ["BASES", "CV_EPS", "cv_weights", "saw_advantages"]
@@ -133,7 +132,7 @@ def saw_advantages(
     valid = groups.valid.unsqueeze(1)
     if base == "gdpo":
         z = group_z_scores(groups, eps, singleton)
-        parts, scale = whitened(z * coefficient, batch_counts(groups, batch_weighting))
+        parts, scale = batch_normalised(z * coefficient, groups, "tokens", eps=eps, batch_weighting=batch_weighting)
         weight = torch.where(groups.active, share * scale / (groups.std + eps), math.nan)
         return Decomposition(torch.where(valid, parts, 0.0), weight, metrics=metrics)
     check_choice(batch_weighting, BATCH_WEIGHTINGS, "batch_weighting")  # no batch mean in GRPO

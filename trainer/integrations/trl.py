@@ -11,8 +11,17 @@ TRL) hooks those two methods:
   sees gated rewards too), and keeps the matrix;
 - ``_generate_and_score_completions``: after TRL built its batch, computes
   ``trainer.estimators.compute_advantages`` on the kept matrix (groups are TRL's contiguous
-  blocks of ``num_generations``), replaces this process's slice of the advantages, and logs
-  our diagnostics under ``corrgrpo/`` in TRL's metrics.
+  blocks of ``num_generations``; token counts are the completions' trained tokens, TRL's loss
+  mask, gathered from every process), replaces this process's slice of the advantages, and logs
+  our diagnostics under ``corrgrpo/`` in TRL's metrics, the estimator's own under
+  ``corrgrpo/estimator/``.
+
+An estimator's per-response loss weight (GD²PO's ``keep_weight="loss"``) is folded into the
+advantages TRL's loss receives (``AdvantageResult.loss_weighted_advantages``): every policy term
+of TRL 1.16's losses (``grpo``, ``bnpo``, ``dr_grpo``, ``dapo``, ``luspo``, ``cispo``, ``sapo``,
+``vespo``) is a sign-dependent multiple of the advantage, so multiplying the advantage by a
+weight >= 0 multiplies that response's policy term by it; the KL and entropy terms keep their
+weight of 1 (tests/test_trl_estimators.py checks it on TRL's own ``_compute_loss``).
 
 Every process holds the same gathered matrix, so each computes the same advantages and takes
 its own slice, as TRL does. ``estimator=None`` keeps TRL's aggregation
@@ -43,7 +52,7 @@ import torch
 from trainer.estimators import AdvantageResult, compute_advantages, get_estimator
 from trainer.estimators.attribution import attribute, attribution_metrics
 from trainer.estimators.reward_gates import RewardGates, check_reward_gates
-from trainer.estimators.reward_metrics import reward_metrics
+from trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
 from trainer.estimators.reward_weights import RewardWeights, resolve_reward_weights
 
 __all__ = [
@@ -54,6 +63,7 @@ __all__ = [
     "diagnostic_metrics",
     "bounds_of",
     "group_ids_of",
+    "trained_tokens",
 ]
 
 #: Our metrics sit together in TRL's logs under this prefix (``corrgrpo/c_q/median``, ...).
@@ -81,6 +91,15 @@ def group_ids_of(num_rows: int, num_generations: int) -> torch.Tensor:
     if num_generations < 1 or num_rows % num_generations:
         raise ValueError(f"{num_rows} completions do not split into groups of num_generations={num_generations}")
     return torch.arange(num_rows) // num_generations
+
+
+def trained_tokens(output: dict[str, Any]) -> torch.Tensor:
+    """``[local]`` the trained tokens of each completion of TRL's batch: its loss mask summed
+    (``completion_mask``, times ``tool_mask`` where tool outputs are not trained on)."""
+    mask = output["completion_mask"]
+    if output.get("tool_mask") is not None:
+        mask = mask * output["tool_mask"]
+    return mask.sum(dim=1).to(torch.float32)
 
 
 def diagnostic_metrics(
@@ -234,14 +253,17 @@ class CorrGRPOMixin:
             result = compute_advantages(matrix, group_ids, name, weights, **options)
             estimator_for_shares = name if equivalent else None
         else:
-            result = compute_advantages(matrix, group_ids, estimator, weights, **self.corrgrpo_options)
-            applied, options = result.advantages, self.corrgrpo_options
-            estimator_for_shares = estimator
             local = output["advantages"]
             rank, world = self.accelerator.process_index, self.accelerator.num_processes
             if local.shape[0] * world != matrix.shape[0]:
                 raise ValueError(f"{matrix.shape[0]} gathered rewards for {world} processes of "
                                  f"{local.shape[0]} completions: cannot take this process's slice")
+            # every process calls gather in the same order, as TRL gathers the rewards
+            tokens = self.accelerator.gather(trained_tokens(output)).detach().to("cpu", torch.float64)
+            result = compute_advantages(matrix, group_ids, estimator, weights, token_counts=tokens,
+                                        **self.corrgrpo_options)
+            applied, options = result.loss_weighted_advantages, self.corrgrpo_options
+            estimator_for_shares = estimator
             mine = applied[rank * local.shape[0]:(rank + 1) * local.shape[0]]
             output["advantages"] = mine.to(device=local.device, dtype=local.dtype)
             logged = self._logs["advantages"]  # the completions table shows the applied advantages
@@ -250,6 +272,8 @@ class CorrGRPOMixin:
             logged.extend(applied.tolist())
         metrics = diagnostic_metrics(matrix.numpy(), weights.numpy(), self.reward_func_names, result,
                                      estimator_for_shares, options)
+        if estimator is not None:
+            metrics.update(estimator_metrics(result.metrics, self.reward_func_names))
         seconds = self._corrgrpo_seconds + time.perf_counter() - started
         metrics["time/overhead"] = seconds
         for key, value in metrics.items():

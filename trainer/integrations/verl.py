@@ -28,6 +28,18 @@ those diagnostics to the step's metrics as ``corrgrpo/<name>`` (the names of
 unchanged. verl's v1 trainer (``trainer.use_v1=True``) does not fetch the component
 scores for the advantage step at all, so there our estimators stop with an error that
 says so (docs/verl.md).
+
+An estimator gets each response's trained tokens (``response_mask`` summed), so those that weigh
+their batch means by tokens (SAW, GD²PO, DARA, RVPO) whiten over the batch's tokens as their
+authors' verl code does; its own diagnostics are logged as ``corrgrpo/estimator/<name>``. A
+per-response loss weight (GD²PO's ``keep_weight: loss``) multiplies the advantages verl's actor
+receives (``AdvantageResult.loss_weighted_advantages``). For a weight >= 0 that weighs the
+response's policy term in every policy loss of verl 0.9.1 whose term is a sign-dependent multiple
+of the advantage: ``vanilla`` (dual-clip PPO), ``gspo``, ``gpg``, ``cispo``, ``sapo``,
+``geo_mean``, ``dppo_tv``, ``dppo_kl`` and ``bypass_mode`` (tests/test_verl_integration.py checks
+each). The KL loss is not weighted, nor is ``dro``'s quadratic penalty; ``clip_cov`` and
+``kl_cov`` pick the tokens they clip by the batch covariance of advantage and log-probability, so
+there a weight also moves that choice.
 """
 
 from __future__ import annotations
@@ -48,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from trainer.estimators import available_estimators, compute_advantages
-from trainer.estimators.reward_metrics import reward_metrics
+from trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
 
 __all__ = [
     "METRICS_KEY",
@@ -240,13 +252,20 @@ class VerlEstimator:
             )
         options = dict(_plain(_config_get(config, "corrgrpo_options")) or {})
         _, group_ids = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
+        # each response's trained tokens: what verl's masked_whiten and its policy loss count
+        tokens = response_mask.detach().sum(dim=-1).to("cpu", torch.float64)
         result = compute_advantages(
-            rewards, group_ids.astype(np.int64), estimator=name, weights=weights, **options
+            rewards, group_ids.astype(np.int64), estimator=name, weights=weights,
+            token_counts=tokens, **options
         )
-        advantages = result.advantages.to(device=token_level_rewards.device, dtype=torch.float32)
+        advantages = result.loss_weighted_advantages.to(
+            device=token_level_rewards.device, dtype=torch.float32
+        )
         advantages = advantages.unsqueeze(-1) * response_mask
         if call is not None:
             call.metrics = corrgrpo_metrics(rewards, weights, names, result.stats.to_dict())
+            for key, value in estimator_metrics(result.metrics, names).items():
+                call.metrics[METRIC_PREFIX + key] = value
         return advantages, advantages
 
 
