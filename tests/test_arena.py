@@ -179,3 +179,8 @@ def test_advice_on_the_grpo_runs_is_checked_against_the_arena(tmp_path):
     assert all(c["grpo_runs_with_finding"] == 2 and c["of_runs"] == 2 for c in out["checks"])
     assert out["hits"] == sum(v == "hit" for v in verdicts.values()) and out["misses"] == 0
     assert out["hit_rate"] == pytest.approx(out["hits"] / len(out["checks"]))
+
+
+def test_a_noisy_lower_mean_never_ranks_above_a_precise_higher_one():
+    # c's wide interval reaches a's, but b (higher, precise) does not: c cannot share a's tier
+    assert tiers({"a": (10.0, 0.5), "b": (9.0, 0.2), "c": (8.0, 3.0)}) == {"a": 1, "b": 2, "c": 2}

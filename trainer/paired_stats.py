@@ -43,19 +43,19 @@ def holm(pvalues: Mapping[str, float]) -> dict[str, float]:
 def tiers(scores: Mapping[str, tuple[float, float | None]]) -> dict[str, int]:
     """Tier 1, 2, ... of each entry by ``(mean, 95 % half-width)``, higher is better.
 
-    The best entry left opens a tier, and every entry left whose interval overlaps that
-    entry's joins it: entries in one tier are indistinguishable from its best at this number
-    of seeds. An entry without an interval (one seed) overlaps only equal means.
+    Entries are taken in order of their means: the best one left opens a tier, and the next
+    ones join it as long as their interval reaches the opener's (their upper end is at least
+    its lower end): entries in one tier are indistinguishable from its best at this number of
+    seeds. The first that falls short opens the next tier, so a tier never skips a higher
+    mean for a lower, noisier one. An entry without an interval (one seed) has width 0.
     """
-    left = sorted(scores, key=lambda k: -scores[k][0])
+    order = sorted(scores, key=lambda k: -scores[k][0])
     out: dict[str, int] = {}
-    tier = 0
-    while left:
-        tier += 1
-        best_mean, best_half = scores[left[0]]
-        low = best_mean - (best_half or 0.0)
-        members = [k for k in left if scores[k][0] + (scores[k][1] or 0.0) >= low]
-        for k in members:
-            out[k] = tier
-        left = [k for k in left if k not in members]
+    tier, low = 0, math.inf
+    for key in order:
+        mean, half = scores[key]
+        if tier == 0 or mean + (half or 0.0) < low:
+            tier += 1
+            low = mean - (half or 0.0)
+        out[key] = tier
     return out
