@@ -17,6 +17,7 @@ import re
 import resource
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -89,22 +90,46 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # a regression must not take the machine
 
 
+#: Runs ``python -m trainer.cli ARGV`` and, however it ends, writes the process's peak RSS (its
+#: own address space's high-water mark, VmHWM) to the file named by CORRGRPO_PEAK_RSS_FILE. The
+#: rusage of a child is no measure: Linux counts into a child's ru_maxrss the high-water mark of
+#: the process it was forked from, so every command run from a large test worker "peaked" at the
+#: worker's size (880 MB in a full suite run).
+_REPORT_PEAK = """
+import os, runpy, sys
+def peak():
+    with open("/proc/self/status") as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    with open(os.environ["CORRGRPO_PEAK_RSS_FILE"], "w") as f:
+        f.write(str(kb))
+sys.argv = ["trainer.cli", *sys.argv[1:]]
+try:
+    runpy.run_module("trainer.cli", run_name="__main__", alter_sys=True)
+finally:
+    peak()
+"""
+
+
 def run_command(argv: list[str]) -> tuple[int, list[str], float, float]:
     """``(exit status, output lines, CPU seconds, peak RSS in MB)`` of ``python -m trainer.cli argv``."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    process = subprocess.Popen([sys.executable, "-m", "trainer.cli", *argv], cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_limit_memory)
-    timer = threading.Timer(120, process.kill)
-    timer.start()
-    try:
-        out = process.stdout.read()
-        _, status, usage = os.wait4(process.pid, 0)
-    finally:
-        timer.cancel()
-        process.stdout.close()
+    with tempfile.NamedTemporaryFile(suffix=".rss") as peak_file:
+        env = dict(os.environ, PYTHONPATH=str(ROOT), CORRGRPO_PEAK_RSS_FILE=peak_file.name)
+        process = subprocess.Popen([sys.executable, "-c", _REPORT_PEAK, *argv], cwd=ROOT, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_limit_memory)
+        timer = threading.Timer(120, process.kill)
+        timer.start()
+        try:
+            out = process.stdout.read()
+            _, status, usage = os.wait4(process.pid, 0)
+        finally:
+            timer.cancel()
+            process.stdout.close()
+        text = Path(peak_file.name).read_text().strip()
     process.returncode = os.waitstatus_to_exitcode(status)
     lines = [line for line in out.decode(errors="replace").splitlines() if line.strip()]
-    return process.returncode, lines, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    # no report: the process was killed before its finally block ran, a failure whatever its size
+    peak_mb = int(text) / 1024 if text else float("inf")
+    return process.returncode, lines, usage.ru_utime + usage.ru_stime, peak_mb
 
 
 def _argv(command: str, config: Path, tmp_path: Path) -> list[str]:
