@@ -57,7 +57,8 @@ class _FakeGRPOTrainer:
     """What the hooks read of TRL's GRPOTrainer; ``_calculate_rewards`` returns a fixed gathered matrix
     and the batch's completions have the trained tokens ``lengths`` (default 4 each)."""
 
-    def __init__(self, *, rewards, num_generations, rank=0, world=1, weights=None, lengths=None, **_):
+    def __init__(self, *, rewards, num_generations, rank=0, world=1, weights=None, lengths=None,
+                 aggregation="sum_then_normalize", scale_rewards="group", **_):
         self.gathered = torch.as_tensor(rewards, dtype=torch.float32)
         self.lengths = torch.full((len(rewards),), 4.0) if lengths is None else torch.as_tensor(lengths).float()
         self.reward_func_names = list(NAMES)
@@ -66,7 +67,7 @@ class _FakeGRPOTrainer:
         self.accelerator = SimpleNamespace(process_index=rank, num_processes=world, gather=self._gather)
         self.model = SimpleNamespace(training=True)
         self.state = SimpleNamespace(global_step=0)
-        self.multi_objective_aggregation, self.scale_rewards = "sum_then_normalize", "group"
+        self.multi_objective_aggregation, self.scale_rewards = aggregation, scale_rewards
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
         self._logs = {"advantages": deque(maxlen=64)}
 
@@ -166,6 +167,39 @@ def test_the_logged_diagnostics_are_those_of_our_trainer():
     shares = [logged[f"advantage_share/{n}"] for n in NAMES]
     assert sum(shares) == pytest.approx(1.0) and logged["attribution/exact"] == 1.0
     assert logged["reward_weight/digits"] == 0.5 and 0 < logged["time/overhead"] < 5
+
+
+def test_the_logged_stds_divide_by_n_minus_1_as_trls_and_the_estimator_is_named():
+    rewards = _rewards(4)
+    rewards[5, 1] = np.nan  # not applicable: left out of the std, as TRL's nanstd does
+    trainer = _Hooked(rewards=rewards, num_generations=4, estimator="gdpo", weights=[0.5, 1.0, 1.0])
+    trainer._generate_and_score_completions([{}] * 16)
+    logged = {k[len(METRIC_PREFIX):]: v[0] for k, v in trainer._metrics["train"].items()}
+    assert logged["reward/digits/std"] == pytest.approx(float(np.std(rewards[:, 0], ddof=1)))
+    assert logged["reward/has_a/std"] == pytest.approx(float(np.std(np.delete(rewards[:, 1], 5), ddof=1)))
+    weighted = np.nansum(rewards * [0.5, 1.0, 1.0], axis=1)
+    assert logged["reward/weighted/std"] == pytest.approx(float(np.std(weighted, ddof=1)))
+    assert logged["estimator_used/gdpo"] == 1.0
+    for scale, name in (("group", "grpo"), ("batch", "trl_sum_then_normalize_batch")):
+        own = _Hooked(rewards=rewards, num_generations=4, estimator=None, scale_rewards=scale)
+        own._generate_and_score_completions([{}] * 16)
+        assert [k for k in own._metrics["train"] if "estimator_used" in k] == [f"corrgrpo/estimator_used/{name}"]
+
+
+def test_an_estimator_warns_once_that_it_replaces_trls_aggregation_options(recwarn):
+    _Hooked(rewards=_rewards(), num_generations=4, estimator="corrgrpo")  # TRL's defaults: nothing to say
+    assert not [w for w in recwarn if "ignored" in str(w.message)]
+    with pytest.warns(UserWarning) as caught:
+        trainer = _Hooked(rewards=_rewards(), num_generations=4, estimator="corrgrpo",
+                          aggregation="normalize_then_sum", scale_rewards="batch")
+        trainer._generate_and_score_completions([{}] * 16)
+        trainer._generate_and_score_completions([{}] * 16)
+    messages = [str(w.message) for w in caught if "ignored" in str(w.message)]
+    assert messages == ["CorrGRPOTrainer: estimator='corrgrpo' computes the advantages, so GRPOConfig's "
+                        "multi_objective_aggregation='normalize_then_sum', scale_rewards='batch' is ignored "
+                        "(estimator=None keeps TRL's aggregation)"]
+    _Hooked(rewards=_rewards(), num_generations=4, estimator=None, scale_rewards="batch")  # TRL's own: no warning
+    assert not [w for w in recwarn if "ignored" in str(w.message)]
 
 
 def test_trls_own_aggregation_keeps_its_advantages_and_gets_the_diagnostics():
