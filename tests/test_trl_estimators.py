@@ -332,6 +332,7 @@ def _trl_runs(workdir: str) -> dict:
     # the new estimators' completions end early at random (EOS made likely), so their token counts differ
     early_end = {"generation_kwargs": {"sequence_bias": [[[tokenizer.eos_token_id], 4.0]]}}
     runs = [("mo_grpo", "mo_grpo", {}, {}), ("plugin", PLUGIN, {}, {}), ("trl", None, {}, {}),
+            ("grpo_trl_eps", "grpo", {"eps": integration.TRL_EPS}, {}),
             ("trl_nts", None, {}, {"multi_objective_aggregation": "normalize_then_sum"})]
     runs += [(name, name, {}, early_end) for name in NEW_ESTIMATORS]
     runs += [("gd2po_loss", "gd2po", {"keep_weight": "loss"}, early_end)]
@@ -499,6 +500,21 @@ def test_trls_aggregations_are_our_grpo_and_gdpo(trl_runs):
 
 @pytest.mark.slow
 @pytest.mark.timeout(700)
+def test_grpo_with_trls_eps_gives_trls_own_advantages_and_stds(trl_runs):
+    """The same seed generates the same first batch: TRL's own advantages (estimator=None) equal those
+    of estimator="grpo" with eps TRL_EPS; the stds we log beside TRL's divide by n-1 as TRL's do."""
+    own, ours = trl_runs["trl"]["batches"][0], trl_runs["grpo_trl_eps"]["batches"][0]
+    assert own["rewards"] == ours["rewards"]
+    np.testing.assert_allclose(ours["applied"], own["applied"], rtol=0, atol=3e-6)
+    assert max(abs(a) for a in own["applied"]) > 0.5  # real values are compared
+    first = next(h for h in trl_runs["grpo_trl_eps"]["history"] if "loss" in h)
+    for name in NAMES:
+        assert first[f"corrgrpo/reward/{name}/std"] == pytest.approx(first[f"rewards/{name}/std"], rel=1e-5)
+    assert first["corrgrpo/estimator_used/grpo"] == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(700)
 def test_two_processes_each_train_on_their_slice(tmp_path):
     """accelerate launch with 2 CPU processes (gloo): each applies its slice of the advantages of the gathered
     batch, whose token counts come from both processes."""
@@ -537,6 +553,7 @@ def test_advise_reads_the_trl_run_back(trl_runs, tmp_path):
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
     log = read_run(tmp_path)
     assert log.kind == "trl" and log.has_diagnostics and len(log.records) == 2
+    assert log.estimator == "corrgrpo"  # from corrgrpo/estimator_used/corrgrpo
     summary = summarise(log.records)
     assert summary["names"] == NAMES
     logged = [h["corrgrpo/k_eff/mean"] for h in history if "corrgrpo/k_eff/mean" in h]

@@ -404,6 +404,16 @@ def test_verl_metrics_of_the_step_carry_our_diagnostics():
 
 
 @needs_verl
+def test_verl_trainer_entry_point_imports():
+    """``python -m verl.trainer.main_ppo`` starts: hydra-core and what the module imports are in
+    the venv (scripts/verl_venv.sh)."""
+    import importlib
+
+    module = importlib.import_module("verl.trainer.main_ppo")
+    assert callable(module.main) and module.hydra.__version__ == "1.3.8"
+
+
+@needs_verl
 def test_verl_reward_terms_beyond_the_components_and_disagreeing_weights_stop_the_step():
     from verl.trainer.ppo import ray_trainer
 
