@@ -21,10 +21,11 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install --upgrade pip
 "${PIP[@]}" install torch==2.13.0 numpy==2.4.6
 "${PIP[@]}" install --no-deps verl==0.9.1
-# what those verl modules import, at versions inside verl's own bounds (tensordict<=0.10.0,
+# what those verl modules and verl's trainer entry point (python -m verl.trainer.main_ppo: hydra,
+# which needs omegaconf<2.4) import, at versions inside verl's own bounds (tensordict<=0.10.0,
 # transformers<5.11); torch==2.13.0 is repeated so that no package can replace it
-"${PIP[@]}" install torch==2.13.0 \
-  packaging==25.0 omegaconf==2.4.0 tensordict==0.10.0 transformers==5.10.4 ray==2.60.0 \
+"${PIP[@]}" install torch==2.13.0 hydra-core==1.3.8 antlr4-python3-runtime==4.9.3 pylatexenc==2.10 \
+  packaging==25.0 omegaconf==2.3.0 tensordict==0.10.0 transformers==5.10.4 ray==2.60.0 \
   torchdata==0.11.0 codetiming==1.4.0 orjson==3.13.0 datasets==5.2.0 pillow==13.0.0 \
   peft==0.21.2 cachetools==8.0.2 uvicorn==0.55.0 fastapi==0.165.0 aiohttp==3.14.5
 # this project (its verl.plugins entry point registers our estimators on `import verl`)

@@ -214,3 +214,14 @@ def test_a_trl_folder_with_no_log_says_how_to_get_one(tmp_path, capsys):
     (tmp_path / "trl" / "runs" / "x" / "events.out.tfevents.1.host.1.0").write_bytes(bytes(range(256)))
     with pytest.raises(ValueError, match="no training scalars"):
         read_run(tmp_path / "trl")
+
+
+def test_the_estimator_a_trl_or_verl_run_logged_is_the_one_advise_names(tmp_path):
+    named = {"estimator_used/gdpo": 1.0, "c_q/median": 0.28}
+    trl = _trl_run(tmp_path / "trl", **named)
+    verl = _verl_run(tmp_path / "verl.jsonl", **named)
+    for run in (trl, verl):
+        assert read_run(run).estimator == "gdpo"
+        far = [f for f in advise([run]) if f.condition == "c_q_far"]
+        assert len(far) == 1 and "this gdpo run's batches have a median c_q of 0.28" in far[0].summary
+    assert read_run(_verl_run(tmp_path / "plain.jsonl")).estimator is None  # a log that does not say

@@ -57,7 +57,8 @@ class _FakeGRPOTrainer:
     """What the hooks read of TRL's GRPOTrainer; ``_calculate_rewards`` returns a fixed gathered matrix
     and the batch's completions have the trained tokens ``lengths`` (default 4 each)."""
 
-    def __init__(self, *, rewards, num_generations, rank=0, world=1, weights=None, lengths=None, **_):
+    def __init__(self, *, rewards, num_generations, rank=0, world=1, weights=None, lengths=None,
+                 aggregation="sum_then_normalize", scale_rewards="group", **_):
         self.gathered = torch.as_tensor(rewards, dtype=torch.float32)
         self.lengths = torch.full((len(rewards),), 4.0) if lengths is None else torch.as_tensor(lengths).float()
         self.reward_func_names = list(NAMES)
@@ -66,7 +67,7 @@ class _FakeGRPOTrainer:
         self.accelerator = SimpleNamespace(process_index=rank, num_processes=world, gather=self._gather)
         self.model = SimpleNamespace(training=True)
         self.state = SimpleNamespace(global_step=0)
-        self.multi_objective_aggregation, self.scale_rewards = "sum_then_normalize", "group"
+        self.multi_objective_aggregation, self.scale_rewards = aggregation, scale_rewards
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
         self._logs = {"advantages": deque(maxlen=64)}
 
@@ -166,6 +167,39 @@ def test_the_logged_diagnostics_are_those_of_our_trainer():
     shares = [logged[f"advantage_share/{n}"] for n in NAMES]
     assert sum(shares) == pytest.approx(1.0) and logged["attribution/exact"] == 1.0
     assert logged["reward_weight/digits"] == 0.5 and 0 < logged["time/overhead"] < 5
+
+
+def test_the_logged_stds_divide_by_n_minus_1_as_trls_and_the_estimator_is_named():
+    rewards = _rewards(4)
+    rewards[5, 1] = np.nan  # not applicable: left out of the std, as TRL's nanstd does
+    trainer = _Hooked(rewards=rewards, num_generations=4, estimator="gdpo", weights=[0.5, 1.0, 1.0])
+    trainer._generate_and_score_completions([{}] * 16)
+    logged = {k[len(METRIC_PREFIX):]: v[0] for k, v in trainer._metrics["train"].items()}
+    assert logged["reward/digits/std"] == pytest.approx(float(np.std(rewards[:, 0], ddof=1)))
+    assert logged["reward/has_a/std"] == pytest.approx(float(np.std(np.delete(rewards[:, 1], 5), ddof=1)))
+    weighted = np.nansum(rewards * [0.5, 1.0, 1.0], axis=1)
+    assert logged["reward/weighted/std"] == pytest.approx(float(np.std(weighted, ddof=1)))
+    assert logged["estimator_used/gdpo"] == 1.0
+    for scale, name in (("group", "grpo"), ("batch", "trl_sum_then_normalize_batch")):
+        own = _Hooked(rewards=rewards, num_generations=4, estimator=None, scale_rewards=scale)
+        own._generate_and_score_completions([{}] * 16)
+        assert [k for k in own._metrics["train"] if "estimator_used" in k] == [f"corrgrpo/estimator_used/{name}"]
+
+
+def test_an_estimator_warns_once_that_it_replaces_trls_aggregation_options(recwarn):
+    _Hooked(rewards=_rewards(), num_generations=4, estimator="corrgrpo")  # TRL's defaults: nothing to say
+    assert not [w for w in recwarn if "ignored" in str(w.message)]
+    with pytest.warns(UserWarning) as caught:
+        trainer = _Hooked(rewards=_rewards(), num_generations=4, estimator="corrgrpo",
+                          aggregation="normalize_then_sum", scale_rewards="batch")
+        trainer._generate_and_score_completions([{}] * 16)
+        trainer._generate_and_score_completions([{}] * 16)
+    messages = [str(w.message) for w in caught if "ignored" in str(w.message)]
+    assert messages == ["CorrGRPOTrainer: estimator='corrgrpo' computes the advantages, so GRPOConfig's "
+                        "multi_objective_aggregation='normalize_then_sum', scale_rewards='batch' is ignored "
+                        "(estimator=None keeps TRL's aggregation)"]
+    _Hooked(rewards=_rewards(), num_generations=4, estimator=None, scale_rewards="batch")  # TRL's own: no warning
+    assert not [w for w in recwarn if "ignored" in str(w.message)]
 
 
 def test_trls_own_aggregation_keeps_its_advantages_and_gets_the_diagnostics():
@@ -298,6 +332,7 @@ def _trl_runs(workdir: str) -> dict:
     # the new estimators' completions end early at random (EOS made likely), so their token counts differ
     early_end = {"generation_kwargs": {"sequence_bias": [[[tokenizer.eos_token_id], 4.0]]}}
     runs = [("mo_grpo", "mo_grpo", {}, {}), ("plugin", PLUGIN, {}, {}), ("trl", None, {}, {}),
+            ("grpo_trl_eps", "grpo", {"eps": integration.TRL_EPS}, {}),
             ("trl_nts", None, {}, {"multi_objective_aggregation": "normalize_then_sum"})]
     runs += [(name, name, {}, early_end) for name in NEW_ESTIMATORS]
     runs += [("gd2po_loss", "gd2po", {"keep_weight": "loss"}, early_end)]
@@ -465,6 +500,21 @@ def test_trls_aggregations_are_our_grpo_and_gdpo(trl_runs):
 
 @pytest.mark.slow
 @pytest.mark.timeout(700)
+def test_grpo_with_trls_eps_gives_trls_own_advantages_and_stds(trl_runs):
+    """The same seed generates the same first batch: TRL's own advantages (estimator=None) equal those
+    of estimator="grpo" with eps TRL_EPS; the stds we log beside TRL's divide by n-1 as TRL's do."""
+    own, ours = trl_runs["trl"]["batches"][0], trl_runs["grpo_trl_eps"]["batches"][0]
+    assert own["rewards"] == ours["rewards"]
+    np.testing.assert_allclose(ours["applied"], own["applied"], rtol=0, atol=3e-6)
+    assert max(abs(a) for a in own["applied"]) > 0.5  # real values are compared
+    first = next(h for h in trl_runs["grpo_trl_eps"]["history"] if "loss" in h)
+    for name in NAMES:
+        assert first[f"corrgrpo/reward/{name}/std"] == pytest.approx(first[f"rewards/{name}/std"], rel=1e-5)
+    assert first["corrgrpo/estimator_used/grpo"] == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(700)
 def test_two_processes_each_train_on_their_slice(tmp_path):
     """accelerate launch with 2 CPU processes (gloo): each applies its slice of the advantages of the gathered
     batch, whose token counts come from both processes."""
@@ -503,6 +553,7 @@ def test_advise_reads_the_trl_run_back(trl_runs, tmp_path):
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
     log = read_run(tmp_path)
     assert log.kind == "trl" and log.has_diagnostics and len(log.records) == 2
+    assert log.estimator == "corrgrpo"  # from corrgrpo/estimator_used/corrgrpo
     summary = summarise(log.records)
     assert summary["names"] == NAMES
     logged = [h["corrgrpo/k_eff/mean"] for h in history if "corrgrpo/k_eff/mean" in h]

@@ -211,7 +211,11 @@ def _batch(rewards: np.ndarray, group_ids: list[int], response_length: int = 6, 
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, response_length + 1, size=n)
     mask = (torch.arange(response_length)[None, :] < torch.as_tensor(lengths)[:, None]).float()
+    # the weighted score on the last response token, as verl's reward managers put it
     scalar = torch.zeros(n, response_length)
+    scalar[torch.arange(n), torch.as_tensor(lengths) - 1] = torch.as_tensor(
+        np.nansum(rewards * np.array(WEIGHTS), axis=1), dtype=torch.float32
+    )
     columns = {}
     for k, name in enumerate(NAMES):
         col = rewards[:, k]
@@ -222,6 +226,10 @@ def _batch(rewards: np.ndarray, group_ids: list[int], response_length: int = 6, 
         tensors={"token_level_rewards": scalar, "response_mask": mask},
         non_tensors={"uid": uids, **columns},
     )
+
+
+#: the weights of _algo_config and of the token-level scores of _batch
+WEIGHTS = [1.0, 0.5, 2.0]
 
 
 def _rewards(n: int = 24, seed: int = 0) -> tuple[np.ndarray, list[int]]:
@@ -393,6 +401,55 @@ def test_verl_metrics_of_the_step_carry_our_diagnostics():
             key: value for key, value in metrics.items() if key.startswith("corrgrpo/estimator/")
         }
     assert "corrgrpo/estimator/density/word_with_a" in metrics
+
+
+@needs_verl
+def test_verl_trainer_entry_point_imports():
+    """``python -m verl.trainer.main_ppo`` starts: hydra-core and what the module imports are in
+    the venv (scripts/verl_venv.sh)."""
+    import importlib
+
+    module = importlib.import_module("verl.trainer.main_ppo")
+    assert callable(module.main) and module.hydra.__version__ == "1.3.8"
+
+
+@needs_verl
+def test_verl_reward_terms_beyond_the_components_and_disagreeing_weights_stop_the_step():
+    from verl.trainer.ppo import ray_trainer
+
+    from trainer.integrations.verl import register
+
+    register()
+    rewards, group_ids = _rewards(seed=5)
+    data = ray_trainer.compute_advantage(
+        _batch(rewards, group_ids), adv_estimator="corrgrpo", config=_algo_config("corrgrpo")
+    )
+    assert data.meta_info["corrgrpo_metrics"]["corrgrpo/estimator_used/corrgrpo"] == 1.0
+    with pytest.raises(ValueError, match=re.escape("algorithm.use_kl_in_reward=True would not reach")):
+        ray_trainer.compute_advantage(
+            _batch(rewards, group_ids),
+            adv_estimator="corrgrpo",
+            config=_algo_config("corrgrpo", use_kl_in_reward=True),
+        )
+    penalised = _batch(rewards, group_ids)  # a per-token penalty, as verl's apply_kl_penalty leaves
+    penalised.batch["token_level_rewards"] -= 0.01 * penalised.batch["response_mask"]
+    with pytest.raises(ValueError, match=r"token_level_rewards sum to .* on row 0 where the weighted "
+                       r"components of algorithm.gdpo_reward_keys give"):
+        ray_trainer.compute_advantage(penalised, adv_estimator="corrgrpo", config=_algo_config("corrgrpo"))
+    scored = _batch(rewards, group_ids)  # compute_score's 'score' with reward_kwargs' other weights
+    scored.non_tensor_batch["score"] = np.array(
+        [float(v) for v in np.nansum(rewards * [0.1, 1.0, 1.0], axis=1)], dtype=object
+    )
+    with pytest.raises(ValueError, match=re.escape(
+        "algorithm.gdpo_reward_weights [1.0, 0.5, 2.0] do not give the 'score' compute_score returned"
+    )):
+        ray_trainer.compute_advantage(scored, adv_estimator="corrgrpo", config=_algo_config("corrgrpo"))
+    agreed = _batch(rewards, group_ids)
+    agreed.non_tensor_batch["score"] = np.array(
+        [float(v) for v in np.nansum(rewards * WEIGHTS, axis=1)], dtype=object
+    )
+    out = ray_trainer.compute_advantage(agreed, adv_estimator="corrgrpo", config=_algo_config("corrgrpo"))
+    assert float(out.batch["advantages"].abs().max()) > 0.5
 
 
 @needs_verl

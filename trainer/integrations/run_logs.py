@@ -12,8 +12,9 @@
   ``{"step": N, "data": {name: value}}`` per step: our diagnostics under ``corrgrpo/`` and
   verl's ``actor/grad_norm``.
 
-Our own runs name their estimator in ``config.json``; TRL's and verl's logs do not name it
-(:attr:`RunLog.estimator` is then None).
+Our own runs name their estimator in ``config.json``; ``CorrGRPOTrainer`` and our verl estimators
+log it as the scalar ``corrgrpo/estimator_used/<name>`` (1.0), since TRL's and verl's loggers take
+numbers only; a log without that key leaves :attr:`RunLog.estimator` None.
 
 A record gets our names (the prefix dropped), and the per-pair correlations
 ``reward_correlation/<a>/<b>`` become the matrix ``reward_correlation``. Logs are read
@@ -29,11 +30,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_LOG_BYTES", "RunLog", "read_run"]
+__all__ = ["ESTIMATOR_KEY", "MAX_LOG_BYTES", "RunLog", "logged_estimator", "read_run"]
 
 #: Larger logs are refused (a month of steps logs a few MB).
 MAX_LOG_BYTES = 256 * 2**20
 PREFIX = "corrgrpo/"
+#: the metric naming the estimator of a TRL or verl run: ``corrgrpo/estimator_used/<name>`` = 1.0
+ESTIMATOR_KEY = "estimator_used/"
 TRL_STATE = "trainer_state.json"
 METRICS = "metrics.jsonl"
 RUN_CONFIG = "config.json"
@@ -56,7 +59,16 @@ class RunLog:
     def __init__(self, path: Path, kind: str, records: list[dict[str, Any]], has_diagnostics: bool,
                  estimator: str | None = None):
         self.path, self.kind, self.records, self.has_diagnostics = path, kind, records, has_diagnostics
-        self.estimator = estimator
+        self.estimator = estimator if estimator is not None else logged_estimator(records)
+
+
+def logged_estimator(records: list[dict[str, Any]]) -> str | None:
+    """The estimator named by the latest record that logs ``estimator_used/<name>`` (None if none does)."""
+    for record in reversed(records):
+        names = [key[len(ESTIMATOR_KEY):] for key in record if key.startswith(ESTIMATOR_KEY)]
+        if names:
+            return names[0]
+    return None
 
 
 def _read_text(path: Path) -> str:

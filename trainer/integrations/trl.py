@@ -43,6 +43,7 @@ schedule and the gates. ::
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,6 +58,7 @@ from trainer.estimators.reward_weights import RewardWeights, resolve_reward_weig
 
 __all__ = [
     "METRIC_PREFIX",
+    "TRL_EPS",
     "TRL_EQUIVALENTS",
     "CorrGRPOMixin",
     "CorrGRPOTrainer",  # noqa: F822 (built on first access, by the module's __getattr__)
@@ -69,15 +71,28 @@ __all__ = [
 #: Our metrics sit together in TRL's logs under this prefix (``corrgrpo/c_q/median``, ...).
 METRIC_PREFIX = "corrgrpo/"
 
+#: The eps TRL 1.16 adds to the std it divides by. Our estimators' default is 1e-6
+#: (``trainer.estimators.registry.DEFAULT_EPS``), so ``estimator="grpo"`` differs from TRL's default
+#: GRPO where a group's std is small; ``estimator="grpo", estimator_options={"eps": TRL_EPS}``
+#: reproduces it (tests/test_trl_estimators.py compares it with TRL's own advantages).
+TRL_EPS = 1e-4
+
+#: TRL's defaults of the options an estimator overrides (``GRPOConfig``)
+TRL_AGGREGATION_DEFAULTS = {"multi_objective_aggregation": "sum_then_normalize", "scale_rewards": "group"}
+
+#: Logged as ``corrgrpo/estimator_used/<name>`` = 1.0: TRL's logs take numbers only, so the
+#: estimator's name is in the key (``trainer.integrations.run_logs`` reads it back for ``advise``).
+ESTIMATOR_USED = "estimator_used/"
+
 #: TRL's aggregations as our estimators (``(multi_objective_aggregation, scale_rewards)`` ->
 #: ``(estimator, options)``): the same advantages to float32 round-off (tests/test_trl_estimators.py).
 #: TRL's ``scale_rewards="batch"`` divides by the std of the uncentred sums, which none of ours does.
 TRL_EQUIVALENTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
-    ("sum_then_normalize", "group"): ("grpo", {"eps": 1e-4}),
+    ("sum_then_normalize", "group"): ("grpo", {"eps": TRL_EPS}),
     ("sum_then_normalize", "none"): ("dr_grpo", {}),
-    ("normalize_then_sum", "group"): ("gdpo", {"eps": 1e-4}),
-    ("normalize_then_sum", "batch"): ("gdpo", {"eps": 1e-4}),
-    ("normalize_then_sum", "none"): ("gdpo", {"eps": 1e-4}),
+    ("normalize_then_sum", "group"): ("gdpo", {"eps": TRL_EPS}),
+    ("normalize_then_sum", "batch"): ("gdpo", {"eps": TRL_EPS}),
+    ("normalize_then_sum", "none"): ("gdpo", {"eps": TRL_EPS}),
 }
 
 
@@ -117,7 +132,9 @@ def diagnostic_metrics(
     ``advantage_share/<name>``, ...); the correlation matrix becomes one entry per pair,
     ``reward_correlation/<a>/<b>`` (a before b), and the weights in force ``reward_weight/<name>``.
     The advantage shares are those of ``estimator`` with ``options`` (``result`` must be its
-    output); None leaves them out. Undefined values (None) are left out.
+    output); None leaves them out. Undefined values (None) are left out. The stds
+    ``reward/<name>/std`` and ``reward/weighted/std`` divide by n-1, as TRL's ``rewards/<name>/std``
+    and ``reward_std`` beside them do (our own trainer's metrics divide by n).
     """
     names = list(names)
     metrics = reward_metrics(np.asarray(rewards, dtype=np.float64), np.asarray(weights, dtype=np.float64),
@@ -137,9 +154,21 @@ def diagnostic_metrics(
         attribution = attribute(result.groups, estimator, options or {}, result.advantages)
         out.update({k: float(v) for k, v in attribution_metrics(attribution, names).items()
                     if isinstance(v, (int, float))})
+    rewards = np.asarray(rewards, dtype=np.float64)
+    for k, name in enumerate(names):
+        out[f"reward/{name}/std"] = _sample_std(rewards[:, k])
+    weighted = np.nansum(rewards * np.asarray(weights, dtype=np.float64), axis=1)
+    weighted[np.isnan(rewards).all(axis=1)] = np.nan  # TRL leaves unscorable completions out too
+    out["reward/weighted/std"] = _sample_std(weighted)
     for name, weight in zip(names, np.asarray(weights, dtype=np.float64)):
         out[f"reward_weight/{name}"] = float(weight)
     return out
+
+
+def _sample_std(values: np.ndarray) -> float:
+    """The std of the finite values with n-1 (TRL's ``nanstd``); NaN for fewer than 2 values."""
+    finite = values[np.isfinite(values)]
+    return float(finite.std(ddof=1)) if finite.size > 1 else float("nan")
 
 
 def bounds_of(source: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -166,7 +195,11 @@ class CorrGRPOMixin:
 
     Args:
         estimator: a name of ``trainer.estimators.available_estimators()`` or an entry point
-            ``package.module:function``; None keeps TRL's aggregation (diagnostics only).
+            ``package.module:function``; None keeps TRL's aggregation (diagnostics only). An
+            estimator replaces ``GRPOConfig.multi_objective_aggregation`` and ``scale_rewards``:
+            set to other than TRL's defaults, they are ignored with one warning. Our ``grpo``
+            adds eps 1e-6 to the std, TRL 1e-4: ``estimator_options={"eps": TRL_EPS}`` gives
+            TRL's default GRPO exactly.
         estimator_options: the estimator's options (e.g. ``{"eps": 1e-6}``).
         reward_weights: a weight per component or a schedule, in the form of
             ``algorithm.reward_weights`` (a list, or a mapping by reward function name, whose
@@ -200,6 +233,9 @@ class CorrGRPOMixin:
         super().__init__(*args, **kwargs)
         self.corrgrpo_estimator = estimator
         self.corrgrpo_options = options
+        if estimator is not None:
+            _warn_if_overridden(estimator, {key: getattr(self, key, default)
+                                            for key, default in TRL_AGGREGATION_DEFAULTS.items()})
         names = list(self.reward_func_names)
         defaults = self.reward_weights.tolist()
         self.corrgrpo_weights: RewardWeights = resolve_reward_weights(
@@ -272,6 +308,7 @@ class CorrGRPOMixin:
             logged.extend(applied.tolist())
         metrics = diagnostic_metrics(matrix.numpy(), weights.numpy(), self.reward_func_names, result,
                                      estimator_for_shares, options)
+        metrics[ESTIMATOR_USED + self._corrgrpo_estimator_name()] = 1.0
         if estimator is not None:
             metrics.update(estimator_metrics(result.metrics, self.reward_func_names))
         seconds = self._corrgrpo_seconds + time.perf_counter() - started
@@ -279,6 +316,25 @@ class CorrGRPOMixin:
         for key, value in metrics.items():
             self._metrics[mode][METRIC_PREFIX + key].append(value)
         return output
+
+    def _corrgrpo_estimator_name(self) -> str:
+        """The estimator the advantages came from: ours, TRL's aggregation as the estimator of
+        ours that equals it, or ``trl_<aggregation>_<scale_rewards>`` where none does."""
+        if self.corrgrpo_estimator is not None:
+            return self.corrgrpo_estimator
+        key = (self.multi_objective_aggregation, self.scale_rewards)
+        equivalent = TRL_EQUIVALENTS.get(key)
+        return equivalent[0] if equivalent else f"trl_{key[0]}_{key[1]}"
+
+
+def _warn_if_overridden(estimator: str, trl_options: dict[str, Any]) -> None:
+    """One warning naming the TRL aggregation options set to other than TRL's defaults, which
+    ``estimator`` replaces (the defaults are indistinguishable from options left unset)."""
+    changed = {key: value for key, value in trl_options.items() if value != TRL_AGGREGATION_DEFAULTS[key]}
+    if changed:
+        settings = ", ".join(f"{key}={value!r}" for key, value in changed.items())
+        warnings.warn(f"CorrGRPOTrainer: estimator={estimator!r} computes the advantages, so GRPOConfig's "
+                      f"{settings} is ignored (estimator=None keeps TRL's aggregation)", UserWarning, stacklevel=3)
 
 
 def _gates(spec: Any, names: list[str], bounds: Any) -> RewardGates:

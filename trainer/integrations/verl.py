@@ -66,6 +66,7 @@ __all__ = [
     "METRICS_KEY",
     "METRIC_PREFIX",
     "VerlEstimator",
+    "check_reward_totals",
     "compute_score",
     "corrgrpo_metrics",
     "dataset_rows",
@@ -250,6 +251,8 @@ class VerlEstimator:
                 f"algorithm.gdpo_reward_weights has {weights.size} entries for the "
                 f"{len(names)} keys of algorithm.gdpo_reward_keys"
             )
+        scores = token_level_rewards.detach().sum(dim=-1).to("cpu", torch.float64).numpy()
+        check_reward_totals(name, config, rewards, weights, scores, non_tensor_batch.get("score"))
         options = dict(_plain(_config_get(config, "corrgrpo_options")) or {})
         _, group_ids = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
         # each response's trained tokens: what verl's masked_whiten and its policy loss count
@@ -264,9 +267,67 @@ class VerlEstimator:
         advantages = advantages.unsqueeze(-1) * response_mask
         if call is not None:
             call.metrics = corrgrpo_metrics(rewards, weights, names, result.stats.to_dict())
+            # verl's loggers take numbers only: the name is in the key (read back by `advise`)
+            call.metrics[f"{METRIC_PREFIX}estimator_used/{name}"] = 1.0
             for key, value in estimator_metrics(result.metrics, names).items():
                 call.metrics[METRIC_PREFIX + key] = value
         return advantages, advantages
+
+
+def check_reward_totals(
+    name: str,
+    config: Any,
+    rewards: np.ndarray,
+    weights: np.ndarray,
+    token_totals: np.ndarray,
+    scores: Any = None,
+) -> None:
+    """Refuse, in one line, a batch whose rewards are more than the components we read.
+
+    Our estimators see the components of ``gdpo_reward_keys`` weighted by ``gdpo_reward_weights``;
+    verl's ``token_level_rewards`` are what its own estimators see. A term only the latter carry
+    (verl's KL-in-reward penalty, a reward manager's overlong penalty, ...) would change verl's
+    advantages and not ours, silently: so it stops the step instead. Adding it to our totals
+    would leave it outside every per-component normalisation, which is what these estimators
+    are for; the KL penalty belongs in the loss (``actor.use_kl_loss``). ``scores`` (the
+    ``score`` compute_score returned, from ``reward_kwargs.reward_weights``) must also be the
+    weighted components: the two weight settings must agree.
+
+    Args:
+        name: the estimator, for the message.
+        config: verl's ``algorithm`` config.
+        rewards: ``[N, K]`` the components (NaN: not applicable).
+        weights: ``[K]`` ``gdpo_reward_weights``.
+        token_totals: ``[N]`` each response's ``token_level_rewards`` summed.
+        scores: ``[N]`` compute_score's ``score`` column of the batch, or None where it has none.
+    """
+    if _config_get(config, "use_kl_in_reward"):
+        raise ValueError(
+            f"estimator {name!r} reads the components of algorithm.gdpo_reward_keys, so "
+            "algorithm.use_kl_in_reward=True would not reach its advantages: set it to False and "
+            "use actor_rollout_ref.actor.use_kl_loss=True for the KL penalty"
+        )
+    expected = np.nansum(rewards * weights[None, :], axis=1)
+    if scores is not None:
+        column = np.array([np.nan if v is None else float(v) for v in np.asarray(scores, dtype=object)])
+        wrong = np.flatnonzero(~np.isclose(column, expected, rtol=1e-5, atol=1e-4) & np.isfinite(column))
+        if wrong.size:
+            i = int(wrong[0])
+            raise ValueError(
+                f"estimator {name!r}: algorithm.gdpo_reward_weights {weights.tolist()} do not give the "
+                f"'score' compute_score returned (row {i}: {column[i]:.6g}, weighted components "
+                f"{expected[i]:.6g}): set reward.custom_reward_function.reward_kwargs.reward_weights "
+                "to the same weights"
+            )
+    wrong = np.flatnonzero(~np.isclose(token_totals, expected, rtol=1e-5, atol=1e-4))
+    if wrong.size:
+        i = int(wrong[0])
+        raise ValueError(
+            f"estimator {name!r}: token_level_rewards sum to {token_totals[i]:.6g} on row {i} where "
+            f"the weighted components of algorithm.gdpo_reward_keys give {expected[i]:.6g}: verl "
+            "added a reward term our estimators do not read (a KL-in-reward or overlong penalty?); "
+            "remove it, or put the KL penalty in the loss (actor_rollout_ref.actor.use_kl_loss)"
+        )
 
 
 def _is_ours(fn: Any) -> bool:
