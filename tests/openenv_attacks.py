@@ -323,7 +323,7 @@ async def squat(url: str, seconds: float, token: str | None) -> dict[str, Any]:
                         if first:
                             first = False
                             first_answers.release()
-                        await asyncio.sleep(SQUAT_EVERY_S)
+                        await asyncio.sleep(SQUAT_EVERY_S)  # the attack: a client that holds a session idle
             except Exception as exc:  # a refused or closed connection is an outcome too
                 counts[_closed_code(exc)] += 1
             finally:

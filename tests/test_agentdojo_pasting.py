@@ -189,16 +189,20 @@ def _least_cpu_seconds(call, tries: int = 3) -> float:
 
 @pytest.mark.timeout(120)
 def test_the_cost_grows_linearly_with_the_answer():
-    """8x the answer costs at most 16x the time (8x when linear), for a plain paste and for
-    words run together (where the measure searches for source words inside the run)."""
+    """8x the answer costs at most 24x the time (about 6x measured quiet, 8x when linear), for a
+    plain paste and for words run together (where the measure searches for source words inside
+    the run). A search quadratic in the answer costs 64x; even one whose quadratic part only
+    matches its linear part at 25k characters costs 36x."""
     environment = Source([records(3000)])  # ~230k characters, built once like a case's
     for disguise in (lambda text: text, DISGUISES["joined"]):
         large = disguise(records(3000))[:200_000]
         small = large[:25_000]
-        small_s = _least_cpu_seconds(lambda a=small: measure(a, [TOOL], environment))
-        large_s = _least_cpu_seconds(lambda a=large: measure(a, [TOOL], environment))
+        # the least of 5 tries: a neighbour sharing the caches slows a try, never speeds one up
+        small_s = _least_cpu_seconds(lambda a=small: measure(a, [TOOL], environment), tries=5)
+        large_s = _least_cpu_seconds(lambda a=large: measure(a, [TOOL], environment), tries=5)
         print(f"25k characters: {small_s * 1000:.1f} ms, 200k: {large_s * 1000:.1f} ms")
-        assert large_s <= 16 * small_s + 0.01, (small_s, large_s)
+        # 30 ms absorbs a timer tick and a cold cache on a small figure of ~7 ms
+        assert large_s <= 24 * small_s + 0.03, (small_s, large_s)
 
 
 @pytest.mark.timeout(120)
@@ -227,7 +231,9 @@ def test_a_flood_of_one_pattern_is_searched_once():
     flood_s = _least_cpu_seconds(lambda: measure("ab" * 100_000, [], environment))
     prose_s = _least_cpu_seconds(lambda: measure(("payment amount " * 14_000)[:200_000], [], environment))
     print(f"200k characters: a flood {flood_s * 1000:.1f} ms, words {prose_s * 1000:.1f} ms")
-    assert flood_s <= 2 * prose_s + 0.01
+    # quiet, the flood costs about a tenth of the prose (1 ms vs 12 ms): twice the prose is
+    # some 24x its quiet cost, room for a loaded machine, not for a search per occurrence
+    assert flood_s <= 2 * prose_s + 0.03, (flood_s, prose_s)
 
 
 # ------------------------------------------------------------------ in the env

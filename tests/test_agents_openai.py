@@ -40,6 +40,8 @@ class ScriptedServer:
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
                     behaviour = server.script.get(n, "ok")
+                    # the behaviour under test: a slow model server (its answers, not the
+                    # test's synchronisation, take this long)
                     if behaviour == "slow":
                         time.sleep(1.0)
                     time.sleep(server.delay)

@@ -127,11 +127,13 @@ def test_index_scales_without_all_pairs():
     # 9 words -> 5 shingles, 4 shared: Jaccard 4/6, below 0.8; at 0.6 every one is near
     assert m["questions_near"].matched == 0
     assert overlap(train, evals, near=0.6)["questions_near"].matched == 3000
-    # 4x the questions cost about 4x through the index, 16x when every pair is compared
+    # 4x the questions cost about 4x through the index (4.5x measured quiet, 8 ms then 37 ms),
+    # 16x when every pair is compared, and far more in absolute terms: 562k pairs at 750 alone
     small = _near_duplicates(750)
-    _, small_s = least_cpu_seconds(lambda: None, lambda: overlap(*small))
+    _, small_s = least_cpu_seconds(lambda: None, lambda: overlap(*small), tries=5)
     print(f"overlap of 750 x 750 questions: {small_s * 1000:.1f} ms of CPU, 3000 x 3000: {large_s * 1000:.1f} ms")
-    assert large_s < 8 * small_s + 0.01, (small_s, large_s)
+    # 10x and 50 ms: a timer tick and a cold cache on the small figure cannot reach it; all pairs do
+    assert large_s < 10 * small_s + 0.05, (small_s, large_s)
 
 
 def test_command_refuses_a_config_without_a_toolcall_env(tmp_path, capsys):

@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 
+from tests.waiting import wait_until
 from trainer.threads import (
     THREAD_ENV_VARS,
     auto_torch_threads,
@@ -45,9 +46,10 @@ def test_running_elsewhere_counts_a_busy_neighbour():
     quiet = running_elsewhere()
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
-        import time
-
-        time.sleep(0.3)  # both scheduled
+        # in their loops, not still starting (a start-up may wait on the disk, not runnable):
+        # each has spent more CPU than an interpreter's start-up, however long that took here
+        wait_until(lambda: all(_cpu_seconds(p.pid) >= 0.15 for p in spinners), timeout=60,
+                   message="both spinners running their loops")
         busy = running_elsewhere(samples=9)
     finally:
         for p in spinners:
@@ -55,6 +57,13 @@ def test_running_elsewhere_counts_a_busy_neighbour():
             p.wait()
     # two spinning processes are runnable at every reading, whatever else the machine runs
     assert busy >= 2, (quiet, busy)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """A process's user and system CPU time, from ``/proc/<pid>/stat``."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_configure_threads_sets_torch_and_worker_env(monkeypatch):

@@ -75,7 +75,14 @@ def test_generator_variety_and_determinism():
     assert all(len({c["name"] for c in t["expected_calls"]}) == 1 for t in parallel)
     assert all(t["expected_calls"][0] != t["expected_calls"][1] for t in parallel)
     assert any(t["expects_response"] and t["expected_calls"] for t in tasks)
-    assert generate_task(0, 7) == generate_task(0, 7)
+    # deterministic: task (0, 7) is this recorded one on every run and in every process (two
+    # calls in one process would also agree for a generator seeded from the process's state),
+    # and the same after 400 other tasks were made (no state carried from call to call)
+    seven = generate_task(0, 7)
+    assert (seven["kind"], seven["expected_calls"], seven["response"]) == (
+        "follow_up", [], "Here is the result: reminder 'stretch' set for 10 minutes.")
+    assert "<user> In 10 minutes, remind me to stretch. </user>" in seven["messages"][1]["content"]
+    assert seven == tasks[7]
     assert generate_task(0, 7) != generate_task(1, 7)
     # every argument value is spelled out in the user's words
     for t in tasks[:100]:

@@ -77,6 +77,7 @@ def test_stdlib_available_and_site_packages_not(sandbox):
 
 
 def test_pool_keeps_order_and_runs_in_parallel(sandbox):
+    # programs that take a while (sleeping: no CPU), so that four run at once in the pool
     programs = [f"import time\ntime.sleep(0.3)\nprint({i})" for i in range(4)]
     seen = []
     with SandboxPool(sandbox, workers=4) as pool:

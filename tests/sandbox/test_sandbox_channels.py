@@ -94,7 +94,7 @@ import fcntl, os, struct, time
 fd = os.open(os.__file__, os.O_RDONLY)
 fcntl.fcntl(fd, 37, struct.pack("hhqqi", fcntl.F_RDLCK, 0, OFFSET, 1, 0))
 print("locked", flush=True)
-time.sleep(3)
+time.sleep(3)  # hold the lock while the watcher looks for it (it stops as soon as it sees it)
 '''
 
 
