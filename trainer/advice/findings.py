@@ -65,6 +65,10 @@ class Thresholds:
     dominant_steps: float = 0.2
     """The share of the steps (those that logged a covariance share) in which one component must
     hold ``dominant_share``."""
+    dominant_scale_ratio: float = 3.0
+    """A dominant reward whose mean per-step std is under this many times the median of the
+    others' is not dominant by its range (the rewards may trade off instead): per-reward
+    normalisation is not recommended then (the arena's tradeoff regime: gdpo -0.4 [±0.2] points)."""
     duplicate_correlation: float = 0.9
     falling: float = 0.2
     """A fall, last fifth of the steps against the first, as a share of the reward's range in
@@ -205,6 +209,7 @@ def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["cov_share"] = {n: _mean(records, f"cov_share/{n}") for n in names}
     out["cov_share_steps"] = {n: _steps(records, f"cov_share/{n}") for n in names}
     out["active_fraction"] = {n: _mean(records, f"active_fraction/{n}") for n in names}
+    out["reward_std"] = {n: _mean(records, f"reward/{n}/std") for n in names}
     for key in ("k_eff/mean", "zero_variance_fraction", "c_q/median", "update_norm", "grad_norm"):
         out[key] = _mean(records, key)
     out["grad_norm_drift"] = _drift([r.get("grad_norm") for r in records])
@@ -253,12 +258,19 @@ def _dominant(run: str, s: dict[str, Any], t: Thresholds, estimator: str | None)
     if not held[top] or fraction < t.dominant_steps:
         return None
     mean = s["cov_share"][top]
+    key = "dominant_per_reward" if estimator in PER_REWARD_ESTIMATORS else None
+    spread = s.get("reward_std", {})
+    others = [v for n, v in spread.items() if n != top and v]
+    ratio = spread[top] / float(np.median(others)) if spread.get(top) and others else None
+    if key is None and ratio is not None and ratio < t.dominant_scale_ratio:
+        key = "dominant_same_scale"  # a share not bought by a larger range (e.g. rewards that trade off)
     return Finding(
         "dominant", run,
         f"{top} holds >= {t.dominant_share:.0%} of GRPO's covariance sum in {len(held[top])} of {len(logged)} "
         f"steps (steps {_step_ranges(held[top])}; its mean over the run {mean:.0%})",
-        {"component": top, "steps": held[top], "fraction": fraction, "cov_share": s["cov_share"]},
-        advice_key="dominant_per_reward" if estimator in PER_REWARD_ESTIMATORS else None,
+        {"component": top, "steps": held[top], "fraction": fraction, "cov_share": s["cov_share"],
+         "std_ratio": ratio},
+        advice_key=key,
     )
 
 

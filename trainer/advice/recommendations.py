@@ -20,6 +20,7 @@ LEARNING = "docs/learning.md"
 #: a doc file -> its page in the documentation site's navigation (mkdocs.yml), for an installed
 #: package, which carries no docs/ folder
 SITE_PAGES = {STUDY: "Results > Estimator studies", LEARNING: "Results > Learning runs",
+              "docs/arena.md": "Results > Estimator arena",
               "docs/trl.md": "How-to guides > In depth > TRL", "docs/verl.md": "How-to guides > In depth > verl"}
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,6 +58,14 @@ ADVICE: dict[str, Advice] = {
         "within a group) mostly train that reward; gdpo or mo_grpo give each reward an equal say (toy study: "
         "digits -5.3, letters +0.20, Holm p <= 0.01) at the cost of the dominant one; or rescale its weight",
         _TOY, estimators=("gdpo", "mo_grpo"), settings=("algorithm.reward_weights",),
+    ),
+    # the share is not bought by a larger range: in the arena, per-reward normalisation did not help
+    "dominant_same_scale": Advice(
+        "one reward holds most of GRPO's covariance sum although its spread is close to the others' "
+        "(rewards that trade off, or one that varies more often): it is not a range to normalise away; "
+        "in the arena's tradeoff and sparse regimes gdpo and mo_grpo did no better than GRPO (tradeoff: "
+        "-0.4 [±0.2] points of held-out score), so keep the estimator and weigh the rewards by what you want",
+        "docs/arena.md#advice-checked-against-the-arena", settings=("algorithm.reward_weights",),
     ),
     # the run's estimator already normalises each reward: the share says what GRPO would have done
     "dominant_per_reward": Advice(
