@@ -279,17 +279,9 @@ async def wrong_token(url: str, seconds: float, token: str | None) -> dict[str, 
     return counts
 
 
-def _ws_url(url: str) -> str:
-    return url.replace("http://", "ws://", 1) + "/ws"
-
-
-def _closed_code(exc: BaseException) -> str:
-    """``closed CODE`` for a connection the server closed (``ConnectionClosed``), else the error's name."""
-    from websockets.exceptions import ConnectionClosed
-
-    if isinstance(exc, ConnectionClosed) and exc.rcvd is not None:
-        return f"closed {exc.rcvd.code}"
-    return type(exc).__name__
+# the red-team probes' own helpers: one definition of the socket URL and of how a close reads
+from corrgrpo_envs.integrations.openenv_probes import _closed_as as _closed_code  # noqa: E402
+from corrgrpo_envs.integrations.openenv_probes import _ws_url  # noqa: E402
 
 
 async def squat(url: str, seconds: float, token: str | None) -> dict[str, Any]:
