@@ -2,7 +2,7 @@
 
 Every policy maps a batch of conversations to :class:`Action` objects::
 
-    from agents import HFPolicy, SamplingParams, Episode, load_model
+    from corrgrpo.agents import HFPolicy, SamplingParams, Episode, load_model
 
     model, tokenizer = load_model("tiny")          # offline, seconds, cached
     policy = HFPolicy(model, tokenizer)
@@ -22,45 +22,54 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 # Each name is imported from its module on first use: ``import agents`` (or a light module of
-# it, such as ``agents.policy``) then costs no torch or transformers import, so a command can
+# it, such as ``corrgrpo.agents.policy``) then costs no torch or transformers import, so a command can
 # check its config before paying for them.
 _HOMES = {
-    "ChatRenderer": "agents.chat",
-    "Episode": "agents.episode",
-    "HFPolicy": "agents.hf_policy",
-    "build_anchor_model": "agents.models",
-    "build_tiny_model": "agents.models",
-    "load_model": "agents.models",
-    "load_tokenizer": "agents.models",
-    "CompletionsTokenPolicy": "agents.openai_policy",
-    "OpenAIPolicy": "agents.openai_policy",
-    "OpenAIRequestError": "agents.openai_policy",
-    "Action": "agents.policy",
-    "Policy": "agents.policy",
-    "SamplingParams": "agents.policy",
-    "RandomPolicy": "agents.scripted",
-    "ReferencePolicy": "agents.scripted",
-    "TokenPolicy": "agents.token_policy",
-    "ParsedAnswer": "agents.toolcalls",
-    "ParsedMessage": "agents.toolcalls",
-    "ToolCall": "agents.toolcalls",
-    "parse_hermes": "agents.toolcalls",
-    "parse_rlla": "agents.toolcalls",
-    "render_hermes": "agents.toolcalls",
-    "render_rlla": "agents.toolcalls",
-    "VLLMPolicy": "agents.vllm_policy",  # vLLM is heavy and optional
+    "ChatRenderer": "corrgrpo.agents.chat",
+    "Episode": "corrgrpo.agents.episode",
+    "HFPolicy": "corrgrpo.agents.hf_policy",
+    "build_anchor_model": "corrgrpo.agents.models",
+    "build_tiny_model": "corrgrpo.agents.models",
+    "load_model": "corrgrpo.agents.models",
+    "load_tokenizer": "corrgrpo.agents.models",
+    "CompletionsTokenPolicy": "corrgrpo.agents.openai_policy",
+    "OpenAIPolicy": "corrgrpo.agents.openai_policy",
+    "OpenAIRequestError": "corrgrpo.agents.openai_policy",
+    "Action": "corrgrpo.agents.policy",
+    "Policy": "corrgrpo.agents.policy",
+    "SamplingParams": "corrgrpo.agents.policy",
+    "RandomPolicy": "corrgrpo.agents.scripted",
+    "ReferencePolicy": "corrgrpo.agents.scripted",
+    "TokenPolicy": "corrgrpo.agents.token_policy",
+    "ParsedAnswer": "corrgrpo.agents.toolcalls",
+    "ParsedMessage": "corrgrpo.agents.toolcalls",
+    "ToolCall": "corrgrpo.agents.toolcalls",
+    "parse_hermes": "corrgrpo.agents.toolcalls",
+    "parse_rlla": "corrgrpo.agents.toolcalls",
+    "render_hermes": "corrgrpo.agents.toolcalls",
+    "render_rlla": "corrgrpo.agents.toolcalls",
+    "VLLMPolicy": "corrgrpo.agents.vllm_policy",  # vLLM is heavy and optional
 }
 
 if TYPE_CHECKING:
-    from agents.chat import ChatRenderer
-    from agents.episode import Episode
-    from agents.hf_policy import HFPolicy
-    from agents.models import build_anchor_model, build_tiny_model, load_model, load_tokenizer
-    from agents.openai_policy import CompletionsTokenPolicy, OpenAIPolicy, OpenAIRequestError
-    from agents.policy import Action, Policy, SamplingParams
-    from agents.scripted import RandomPolicy, ReferencePolicy
-    from agents.token_policy import TokenPolicy
-    from agents.toolcalls import (
+    from corrgrpo.agents.chat import ChatRenderer
+    from corrgrpo.agents.episode import Episode
+    from corrgrpo.agents.hf_policy import HFPolicy
+    from corrgrpo.agents.models import (
+        build_anchor_model,
+        build_tiny_model,
+        load_model,
+        load_tokenizer,
+    )
+    from corrgrpo.agents.openai_policy import (
+        CompletionsTokenPolicy,
+        OpenAIPolicy,
+        OpenAIRequestError,
+    )
+    from corrgrpo.agents.policy import Action, Policy, SamplingParams
+    from corrgrpo.agents.scripted import RandomPolicy, ReferencePolicy
+    from corrgrpo.agents.token_policy import TokenPolicy
+    from corrgrpo.agents.toolcalls import (
         ParsedAnswer,
         ParsedMessage,
         ToolCall,
@@ -69,7 +78,7 @@ if TYPE_CHECKING:
         render_hermes,
         render_rlla,
     )
-    from agents.vllm_policy import VLLMPolicy
+    from corrgrpo.agents.vllm_policy import VLLMPolicy
 
 __all__ = [
     "Action",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agents.episode import Episode
+from corrgrpo.agents.episode import Episode
 
 __all__ = ["ChatRenderer"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.policy import Action
+from corrgrpo.agents.policy import Action
 
 __all__ = ["Episode"]
 

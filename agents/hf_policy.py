@@ -9,15 +9,15 @@ from typing import Any
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from agents.models import takes_logits_to_keep
-from agents.policy import Action, SamplingParams
-from agents.static_decode import distinct_rows, static_decode, static_decode_unsupported
-from agents.token_policy import TokenPolicy
+from corrgrpo.agents.models import takes_logits_to_keep
+from corrgrpo.agents.policy import Action, SamplingParams
+from corrgrpo.agents.static_decode import distinct_rows, static_decode, static_decode_unsupported
+from corrgrpo.agents.token_policy import TokenPolicy
 
 __all__ = ["HFPolicy", "finish_completion", "DECODERS", "MIN_SHARED_PROMPT"]
 
 #: ``HFPolicy(decoder=...)``: ``auto`` (the static-cache loop where the model is supported,
-#: else ``generate``), ``static`` (:func:`agents.static_decode.static_decode`), ``generate``.
+#: else ``generate``), ``static`` (:func:`corrgrpo.agents.static_decode.static_decode`), ``generate``.
 DECODERS = ("auto", "static", "generate")
 
 #: Prompts shorter than this (tokens, padded width of a batch) are prefilled per row even with
@@ -125,7 +125,7 @@ class HFPolicy(TokenPolicy):
         device: where inputs go (default: the model's device).
         batch_size: most conversations per ``generate`` call (default: all at once).
         decoder: ``auto`` (default): the decode loop with a preallocated KV cache of
-            :mod:`agents.static_decode` for Llama-family models (Qwen2, Llama, Mistral),
+            :mod:`corrgrpo.agents.static_decode` for Llama-family models (Qwen2, Llama, Mistral),
             which is faster than ``generate`` and samples the same way, else ``generate``;
             ``static``: that loop (an error for other models); ``generate``: transformers'
             ``model.generate``. A model sharded by FSDP always uses ``generate`` with
@@ -135,7 +135,7 @@ class HFPolicy(TokenPolicy):
             rows that repeat it before decoding (default; for batches of prompts of at least
             :data:`MIN_SHARED_PROMPT` tokens); the static loop, given groups of equal size,
             keeps one copy per group and reads it once per group at each decode step
-            (:func:`~agents.static_decode.static_decode`). Decoding then runs as without sharing (same
+            (:func:`~corrgrpo.agents.static_decode.static_decode`). Decoding then runs as without sharing (same
             rows, same order, same draws from the global generator), so a seed draws the
             same tokens; only the float rounding differs (a batch of U rows sums
             in another order than one of B; ``generate`` also computes the prompt's last

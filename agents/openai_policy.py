@@ -6,7 +6,7 @@ in the OpenAI schema; ``prompt_token_ids`` and ``token_ids`` in vLLM's, requeste
 with ``extra_body={"return_token_ids": True}``).
 
 :class:`CompletionsTokenPolicy` is token-exact: it renders prompts with the local
-tokenizer (as every :class:`~agents.token_policy.TokenPolicy`), sends the token ids
+tokenizer (as every :class:`~corrgrpo.agents.token_policy.TokenPolicy`), sends the token ids
 to vLLM's completions endpoint (``prompt`` as ids, ``logprobs``, ``return_token_ids``,
 ``return_tokens_as_token_ids``) and spreads the requests over one or more servers;
 the episodes get exactly the sampled ids and their log-probabilities.
@@ -26,10 +26,10 @@ from typing import Any
 
 import httpx
 
-from agents.episode import Episode
-from agents.policy import Action, Policy, SamplingParams, check_batch
-from agents.token_policy import TokenPolicy
-from agents.toolcalls import render_hermes
+from corrgrpo.agents.episode import Episode
+from corrgrpo.agents.policy import Action, Policy, SamplingParams, check_batch
+from corrgrpo.agents.token_policy import TokenPolicy
+from corrgrpo.agents.toolcalls import render_hermes
 
 __all__ = ["CompletionsTokenPolicy", "OpenAIPolicy", "OpenAIRequestError", "post_with_retries", "run_coroutine"]
 

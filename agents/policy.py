@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from agents.episode import Episode
+    from corrgrpo.agents.episode import Episode
 
 __all__ = ["SamplingParams", "Action", "Policy", "FinishReason"]
 
@@ -87,7 +87,7 @@ class Policy(ABC):
     """Acts on a batch of conversations.
 
     ``act(observations, sampling, episodes)``: when ``episodes`` is given (one per
-    observation), token-level policies extend each :class:`~agents.episode.Episode`
+    observation), token-level policies extend each :class:`~corrgrpo.agents.episode.Episode`
     in place: the new prompt tokens (mask 0), then the completion (mask 1).
     """
 

@@ -7,9 +7,9 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agents.episode import Episode
-from agents.policy import Action, Policy, SamplingParams, check_batch
-from agents.toolcalls import ToolCall, render_hermes
+from corrgrpo.agents.episode import Episode
+from corrgrpo.agents.policy import Action, Policy, SamplingParams, check_batch
+from corrgrpo.agents.toolcalls import ToolCall, render_hermes
 
 __all__ = ["ReferencePolicy", "RandomPolicy"]
 

@@ -6,9 +6,9 @@ from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from agents.chat import ChatRenderer
-from agents.episode import Episode
-from agents.policy import Action, Policy, SamplingParams, check_batch
+from corrgrpo.agents.chat import ChatRenderer
+from corrgrpo.agents.episode import Episode
+from corrgrpo.agents.policy import Action, Policy, SamplingParams, check_batch
 
 __all__ = ["TokenPolicy", "record_turns"]
 

@@ -12,8 +12,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from agents.policy import Action, SamplingParams
-from agents.token_policy import TokenPolicy
+from corrgrpo.agents.policy import Action, SamplingParams
+from corrgrpo.agents.token_policy import TokenPolicy
 
 __all__ = ["VLLMPolicy", "vllm_available"]
 

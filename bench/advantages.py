@@ -1,7 +1,7 @@
 """Benchmark the advantage estimators against a plain per-group loop reference.
 
 A batch of N = 8192 responses (1024 groups x 8, shuffled group ids, 5 % NaN)
-with K = 7 reward components. Each estimator of ``trainer.estimators`` (with
+with K = 7 reward components. Each estimator of ``corrgrpo.trainer.estimators`` (with
 its diagnostics, as the trainer calls it) is timed side by side with a
 straightforward float64 reference that loops over the groups in Python; the
 two must agree. Prints ms per call and the speed ratio.
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from bench.versions import format_versions, interpreter_versions
-from trainer.estimators import compute_advantages
+from corrgrpo.trainer.estimators import compute_advantages
 
 EPS = 1e-6
 ACTIVITY_RTOL = 1e-12

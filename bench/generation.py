@@ -14,7 +14,7 @@ Contenders: ``generate`` and ``static`` (each prompt prefilled once per row),
 prefilled once; ``generate`` copies its key/value cache to the G rows of its group, the static
 loop reads one copy per group at each decode step), ``static+copied`` (the static loop copying
 the cache to the rows instead, as before its cascade attention; prompts under
-``agents.hf_policy.MIN_SHARED_PROMPT`` tokens, such as the anchor's, are not shared), ``vllm``
+``corrgrpo.agents.hf_policy.MIN_SHARED_PROMPT`` tokens, such as the anchor's, are not shared), ``vllm``
 (prefix caching on, as the trainer builds it) and ``vllm-noprefix`` (off). Every contender's
 speed is printed as a ratio to ``--baseline``'s, side by side, and each shared contender's as a
 ratio to its unshared twin.
@@ -72,7 +72,7 @@ def _prompts(batch: int, group: int, setting: str = "anchor", tokenizer=None) ->
 def _long_toolcall_messages(count: int, tokenizer) -> list[list[dict]]:
     """The first ``count`` generated ToolCall tasks (seed 0, RLLA system prompt) whose rendered
     prompt has ``LONG_PROMPT_TOKENS`` tokens."""
-    from agents.chat import ChatRenderer
+    from corrgrpo.agents.chat import ChatRenderer
     from corrgrpo_envs.toolcall.generator import generate_task
 
     renderer = ChatRenderer(tokenizer)
@@ -88,12 +88,12 @@ def _long_toolcall_messages(count: int, tokenizer) -> list[list[dict]]:
 
 
 def _policy(contender: str, model, tokenizer):
-    from agents import HFPolicy
+    from corrgrpo.agents import HFPolicy
 
     if not contender.startswith("vllm"):
         decoder, _, shared = contender.partition("+")
         return HFPolicy(model, tokenizer, decoder=decoder, share_prompts=shared in ("shared", "copied"))
-    from agents import VLLMPolicy
+    from corrgrpo.agents import VLLMPolicy
 
     folder = Path(tempfile.mkdtemp(prefix="bench-gen-"))
     model.save_pretrained(folder)
@@ -112,7 +112,7 @@ def _copied_prompt_caches(active: bool):
     if not active:
         yield
         return
-    import agents.static_decode as decode
+    import corrgrpo.agents.static_decode as decode
 
     equal_groups = decode.equal_groups
     decode.equal_groups = lambda inverse, groups: False
@@ -127,7 +127,7 @@ def child(contenders: list[str], model_name: str, batch: int, group: int, new_to
     import torch
 
     torch.set_num_threads(threads)
-    from agents import SamplingParams, load_model
+    from corrgrpo.agents import SamplingParams, load_model
 
     model, tokenizer = load_model(model_name)
     policies = {c: _policy(c, model, tokenizer) for c in contenders}

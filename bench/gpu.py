@@ -4,7 +4,7 @@
     python -m bench.gpu --smoke --out /tmp/gpu_smoke    # tiny sizes on CPU, a few seconds
 
 Nothing is downloaded: the tokenizer is the built-in byte-level BPE trained on the fly
-(``agents.models.build_tiny_model``'s, 2048 tokens) and the model a random-init
+(``corrgrpo.agents.models.build_tiny_model``'s, 2048 tokens) and the model a random-init
 ``Qwen2ForCausalLM`` (hidden 1024, 32 layers, 16 heads, 4 KV heads, MLP 4096: about
 0.49B parameters) written to a temporary folder that ``model.name_or_path`` points at.
 Each decoder (``--decoders``: the static-KV-cache loop and transformers ``generate``)
@@ -51,7 +51,7 @@ def build_model_folder(folder: Path, sizes: dict[str, int], dtype: Any, device: 
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from agents.models import build_tiny_model
+    from corrgrpo.agents.models import build_tiny_model
 
     _, tokenizer = build_tiny_model(0)
     config = Qwen2Config(
@@ -75,8 +75,8 @@ def run_trainer(folder: Path, decoder: str, args: argparse.Namespace, out: Path,
     """``args.steps`` steps with one decoder; per-step records plus update token counts."""
     import torch
 
-    from trainer.config import config_from_dict
-    from trainer.trainer import Trainer
+    from corrgrpo.trainer.config import config_from_dict
+    from corrgrpo.trainer.trainer import Trainer
 
     cfg = config_from_dict({
         "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 64},

@@ -122,7 +122,7 @@ def trl_child(args: argparse.Namespace) -> int:
 def build_data(out: Path, tasks: int, model: str) -> tuple[Path, Path, Path, dict[str, Any]]:
     """The reference conversations as corrgrpo and TRL JSON lines, and the model folder."""
     import corrgrpo_envs
-    from agents.models import load_model
+    from corrgrpo.agents.models import load_model
 
     env = corrgrpo_envs.make("corrgrpo/ToolCall-v0", dataset="generated", num_tasks=tasks, seed=0,
                              split="train").unwrapped
@@ -167,7 +167,7 @@ def corrgrpo_command(python: str, data: Path, model: Path, args: argparse.Namesp
         "train.progress=false",
         "train.tensorboard=false",
     ]
-    return [python, "-m", "trainer.cli", "sft", str(ROOT / "env_configs" / "sft_toolcall_tiny.yaml"), *overrides]
+    return [python, "-m", "corrgrpo.trainer.cli", "sft", str(ROOT / "env_configs" / "sft_toolcall_tiny.yaml"), *overrides]
 
 
 def trl_command(python: str, data: Path, model: Path, args: argparse.Namespace, run: Path) -> list[str]:

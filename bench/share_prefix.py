@@ -4,7 +4,7 @@
     python -m bench.share_prefix --model tiny --rounds 5 --prompt 400 --answer 60
 
 A group of ``--group`` answers of ``--answer`` tokens to one prompt of ``--prompt`` tokens (random
-token ids: the cost does not depend on them) goes through ``trainer.policy_forward.token_logprobs``
+token ids: the cost does not depend on them) goes through ``corrgrpo.trainer.policy_forward.token_logprobs``
 and a backward pass, plainly and with ``share_prefix=True``, alternating round by round in one
 process with ``--threads`` torch threads (set explicitly). Prints each round's seconds, the median
 of each side, the ratio plain / shared, and the largest log-probability difference between them.
@@ -20,7 +20,7 @@ import time
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2-135m", help="agents.load_model name or path")
+    parser.add_argument("--model", default="smollm2-135m", help="corrgrpo.agents.load_model name or path")
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--prompt", type=int, default=780)
     parser.add_argument("--answer", type=int, default=110)
@@ -31,9 +31,9 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from agents import load_model
     from bench.versions import format_versions, interpreter_versions
-    from trainer.policy_forward import PackedBatch, token_logprobs
+    from corrgrpo.agents import load_model
+    from corrgrpo.trainer.policy_forward import PackedBatch, token_logprobs
 
     print(format_versions("versions", interpreter_versions()), flush=True)
     model, _ = load_model(args.model)

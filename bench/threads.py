@@ -3,7 +3,7 @@
     python -m bench.threads                 # threads 1 and all cores, with and without a busy process
     python -m bench.threads --rounds 5 --calls 30
 
-What the trainer's thread rule (``trainer.threads.auto_torch_threads``) is for: OpenMP
+What the trainer's thread rule (``corrgrpo.trainer.threads.auto_torch_threads``) is for: OpenMP
 threads that find a core taken spin against each other. Each measurement runs in a fresh
 process with its torch thread count set explicitly (``torch.set_num_threads`` and
 ``OMP_NUM_THREADS``) and times ``--calls`` CorrGRPO calls on N = 8192 responses (1024
@@ -34,11 +34,11 @@ def child(threads: int, calls: int, out: str) -> None:
     import torch
 
     if threads == 0:  # the trainer's automatic count, taken under whatever load runs now
-        from trainer.threads import auto_torch_threads
+        from corrgrpo.trainer.threads import auto_torch_threads
 
         threads = auto_torch_threads()
     torch.set_num_threads(threads)
-    from trainer.estimators import compute_advantages
+    from corrgrpo.trainer.estimators import compute_advantages
 
     gen = torch.Generator().manual_seed(0)
     groups, size, k = 1024, 8, 7
@@ -83,7 +83,7 @@ def main() -> int:
         child(args.child, args.calls, args.out)
         return 0
 
-    from trainer.threads import auto_torch_threads, available_cores
+    from corrgrpo.trainer.threads import auto_torch_threads, available_cores
 
     cores = available_cores()
     rule = auto_torch_threads(args.busy, "process")

@@ -47,8 +47,8 @@ def child_corrgrpo(steps: int, out: str, setting: str = "quickstart", overlap: b
                    threads: int = 2, max_new_tokens: int | None = None, seed: int | None = None) -> dict:
     import torch
 
-    from trainer.config import load_config
-    from trainer.trainer import Trainer
+    from corrgrpo.trainer.config import load_config
+    from corrgrpo.trainer.trainer import Trainer
 
     torch.set_num_threads(threads)
     overrides = [f"train.steps={steps}", f"train.output_dir={out}", "train.progress=false",
@@ -70,7 +70,7 @@ def child_corrgrpo(steps: int, out: str, setting: str = "quickstart", overlap: b
 def child_bare(steps: int, out: str) -> dict:
     import torch
 
-    from agents.models import load_model
+    from corrgrpo.agents.models import load_model
     from corrgrpo_envs.toy.env import score_text
 
     torch.set_num_threads(2)

@@ -50,9 +50,9 @@ def trl_child(out: Path, estimator: str | None, aggregation: str, seed: int, ste
     import yaml
     from trl import GRPOConfig
 
-    from agents.models import load_model
+    from corrgrpo.agents.models import load_model
+    from corrgrpo.trainer.integrations.trl import CorrGRPOTrainer
     from corrgrpo_envs.integrations.trl import for_trl
-    from trainer.integrations.trl import CorrGRPOTrainer
 
     cfg = yaml.safe_load(CONFIG.read_text())
     torch.set_num_threads(1)
@@ -93,7 +93,7 @@ def _run_trl(out: Path, estimator: str | None, aggregation: str, seed: int, step
 
 
 def _run_corrgrpo(out: Path, seed: int, steps: int) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "trainer.cli", "train", str(CONFIG), "algorithm.estimator=corrgrpo",
+    cmd = [sys.executable, "-m", "corrgrpo.trainer.cli", "train", str(CONFIG), "algorithm.estimator=corrgrpo",
            f"train.seed={seed}", f"train.steps={steps}", f"train.output_dir={out}", "rollout.torch_threads=1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     _check(subprocess.run(cmd, cwd=ROOT, env=env, timeout=1800, capture_output=True, text=True))

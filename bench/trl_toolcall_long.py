@@ -1,7 +1,7 @@
 """TRL's ``GRPOTrainer`` on the long-prompt setting of ``bench.vs_trl`` (run in ``.venv-trl``).
 
 The numbers of ``studies/configs/toolcall_long_grpo.yaml`` on TRL's side: SmolLM2-135M-Instruct
-(float32, the folder ``agents.models`` converted from the GGUF file), the 23 tasks of
+(float32, the folder ``corrgrpo.agents.models`` converted from the GGUF file), the 23 tasks of
 ``bench/toolcall_long.py`` with the ToolCall env's four rewards as four TRL reward functions
 (``corrgrpo_envs.integrations.trl.for_trl``), 8 completions of one prompt per step, up to 64 new
 tokens, temperature 1, lr 1e-5 constant, clip 0.2, KL 0.04, no activation checkpointing.

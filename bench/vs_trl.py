@@ -163,7 +163,7 @@ def corrgrpo_command(
     if threads:  # the same count as TRL's, whatever the machine's load says
         overrides.append(f"rollout.torch_threads={threads}")
     prefix = [python] + (["-m", "cProfile", "-o", str(profile)] if profile else [])
-    return prefix + ["-m", "trainer.cli", "train", str(setting.config), *overrides]
+    return prefix + ["-m", "corrgrpo.trainer.cli", "train", str(setting.config), *overrides]
 
 
 def trl_command(python: str, loss: str, steps: int, out_dir: Path, setting: Setting = SETTINGS["anchor"],
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown configs {unknown} for the {setting.name} setting; known: {list(known)}")
     model_dir = None
     if setting.name == "toolcall-long":  # both sides load the same converted SmolLM2 folder
-        from agents.models import _model_folder
+        from corrgrpo.agents.models import _model_folder
 
         model_dir = _model_folder("smollm2-135m", 0)
     if setting.name == "anchor" and (not ANCHOR_SCRIPT.is_file() or not ANCHOR_TOKENIZER.is_file()):

@@ -68,8 +68,9 @@ __all__ = [
 #: the conformance tests).
 ENVS: Registry[Any] = Registry("env id")
 
-#: Where the project's YAML configs live when running from a checkout.
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "env_configs"
+#: Where the shipped YAML configs live: ``corrgrpo/env_configs`` beside this package, in a
+#: checkout (a link to the top-level ``env_configs/``) and in an installed wheel alike.
+CONFIG_DIR = (Path(__file__).resolve().parents[1] / "corrgrpo" / "env_configs").resolve()
 
 #: The scheme of an env served by OpenEnv servers.
 OPENENV_SCHEME = "openenv://"

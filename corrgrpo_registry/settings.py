@@ -14,7 +14,7 @@ length in the field's metadata (:func:`num_field`). On top of that:
 
 Every error is a :class:`ConfigError` that carries the dotted key; the reader that knows
 where each key came from (a file and line, or a command-line override) adds that
-(``trainer.config.load_settings``). Only the standard library is imported here, and the module
+(``corrgrpo.trainer.config.load_settings``). Only the standard library is imported here, and the module
 sits below ``corrgrpo_envs`` and ``trainer``: the loss module (torch and numpy only otherwise)
 declares its options the same way, and each env declares its settings with it
 (``corrgrpo_envs.toy.settings``) without importing the trainer.

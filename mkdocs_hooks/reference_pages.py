@@ -1,7 +1,7 @@
 """MkDocs hook: the reference pages written from the code at build time, so they cannot drift.
 
 * ``reference/cli.md``: every ``corrgrpo`` command's ``--help``, from the same argparse parsers
-  the command builds (:data:`trainer.cli.COMMANDS`), sub-commands included;
+  the command builds (:data:`corrgrpo.trainer.cli.COMMANDS`), sub-commands included;
 * ``reference/config.md``: every setting of ``corrgrpo train`` and ``corrgrpo sft`` (and every
   loss option and every built-in env's ``env:`` key), from the settings' own dataclasses, types,
   ranges and attribute docstrings
@@ -43,7 +43,7 @@ def on_files(files: Files, config: Any) -> Files:
 # ----------------------------------------------------------------------------- the CLI
 def _command_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     """``(command line, parser)`` of every command and sub-command, in the CLI's order."""
-    from trainer.cli import COMMANDS
+    from corrgrpo.trainer.cli import COMMANDS
 
     out: list[tuple[str, argparse.ArgumentParser]] = []
     for name, (module_path, help_text) in COMMANDS.items():
@@ -117,11 +117,11 @@ def _entries(settings: list[Any], sections: bool = True) -> list[str]:
 
 def config_markdown() -> str:
     """The configuration reference page, from the settings' dataclasses."""
+    from corrgrpo.trainer.config import MOVED_KEYS, Config
+    from corrgrpo.trainer.losses import LossConfig
+    from corrgrpo.trainer.sft import SFTConfig
     from corrgrpo_envs.registry import env_settings
     from corrgrpo_registry.settings import describe
-    from trainer.config import MOVED_KEYS, Config
-    from trainer.losses import LossConfig
-    from trainer.sft import SFTConfig
 
     lines = [
         "# Configuration",

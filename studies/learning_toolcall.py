@@ -1,7 +1,7 @@
 """Does a model learn tool calling? Greedy evaluation of training stages on held-out data.
 
 Each stage (the base model, an SFT checkpoint, an RL checkpoint) is evaluated with
-``trainer.evaluate.evaluate`` (the code of ``corrgrpo eval``), greedy, on data no
+``corrgrpo.trainer.evaluate.evaluate`` (the code of ``corrgrpo eval``), greedy, on data no
 stage trains on:
 
 * ``generated``: the built-in generator's eval split (the SFT and RL configs train on
@@ -123,7 +123,7 @@ def diagnostics(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def data_config(config: Path, data: str, out: Path, overrides: list[str] = ()) -> tuple[Any, str]:
     """The eval config pointed at data set ``data``, and the split to evaluate."""
-    from trainer.config import load_config
+    from corrgrpo.trainer.config import load_config
 
     selects, split = dataset_overrides(data, out)
     cfg = load_config(config, selects + list(overrides))
@@ -158,7 +158,7 @@ def evaluate_stage(
     """Evaluate one stage on one data set (greedy); the result without per-episode texts."""
     import torch
 
-    from trainer.evaluate import evaluate
+    from corrgrpo.trainer.evaluate import evaluate
 
     cfg, split = data_config(config, data, args.out,
                              [f"rollout.max_new_tokens={args.max_new_tokens}", f"train.seed={args.seed}",
@@ -193,7 +193,7 @@ def generated_train_duplicates(config: Path) -> tuple[set[str], set[str]]:
     """Eval-split task ids of the generator whose user turn and expected calls equal a train-split
     task's (the generator's request space is small, so some recur), and the ids that expect calls."""
     import corrgrpo_envs
-    from trainer.config import load_config
+    from corrgrpo.trainer.config import load_config
 
     cfg = load_config(config, [])
     kwargs = {k: v for k, v in cfg.env.items() if k not in ("id", "split")}

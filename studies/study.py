@@ -9,7 +9,7 @@ change between runs of a setting):
 * ``anchor``: ``anchor_grpo.yaml``, the TRL anchor setting (uncapped digits, has 'a', has 'b').
 
 Runs go two at a time (one torch thread each) in worker processes that build a
-``trainer.trainer.Trainer`` per run. For every setting, component and estimator the study reports
+``corrgrpo.trainer.trainer.Trainer`` per run. For every setting, component and estimator the study reports
 the final mean (mean of the last 5 steps' batch means) with a 95 % t-interval over seeds; the
 paired difference to GRPO (same seed: same task order and, at step 1, the same samples) with a
 paired t-test and Holm's correction over all the study's tests; and the estimator diagnostics
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.paired_stats import holm, interval, paired_difference
+from corrgrpo.trainer.paired_stats import holm, interval, paired_difference
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {
@@ -76,8 +76,8 @@ def _train_one(job: tuple[str, str, int, str, int | None, tuple[str, ...]]) -> t
     import shutil
     import warnings
 
-    from trainer.config import load_config
-    from trainer.trainer import Trainer
+    from corrgrpo.trainer.config import load_config
+    from corrgrpo.trainer.trainer import Trainer
 
     warnings.filterwarnings("ignore")
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -335,7 +335,7 @@ def draw_figures(
         return None
     figures.mkdir(parents=True, exist_ok=True)
     png = figures / f"{name or f'study_{setting}'}.png"
-    cmd = [sys.executable, "-m", "trainer.cli", "plot", *map(str, dirs), "--out", str(png),
+    cmd = [sys.executable, "-m", "corrgrpo.trainer.cli", "plot", *map(str, dirs), "--out", str(png),
            "--labels", *[d.name[len("mean-"):] for d in dirs], "--smooth", "3"]
     rc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).returncode
     print(f"figure {png}" if rc == 0 else f"corrgrpo plot failed for {setting} (exit {rc})")

@@ -4,7 +4,7 @@ Rewards: ``function_name`` [-0.5, 0.5], ``parameter`` [-1, 1], ``values`` [-1.5,
 {0, 1} on the built-in generator with one listed tool per task beyond those needed and the short
 system prompt (``env.dataset_options``), so a step takes seconds on 2 CPU cores.
 
-1. ``init``: a random-init Qwen2 (:func:`agents.models.build_tiny_model`) whose BPE tokenizer is
+1. ``init``: a random-init Qwen2 (:func:`corrgrpo.agents.models.build_tiny_model`) whose BPE tokenizer is
    trained on the generator's train split (prompts and reference answers), with a ChatML template
    that leaves the tools out of the system turn (the system prompt already lists them);
 2. ``sft``: ``corrgrpo sft studies/configs/sft_toolcall_study.yaml`` from it (the warm start, trained once);
@@ -54,7 +54,7 @@ CHAT_TEMPLATE = (
 
 # ------------------------------------------------------------------------------ warm start
 def _rl_config(overrides: list[str] | None = None) -> Any:
-    from trainer.config import load_config
+    from corrgrpo.trainer.config import load_config
 
     return load_config(RL_CONFIG, overrides or [])
 
@@ -76,7 +76,7 @@ def corpus(env_kwargs: dict[str, Any]) -> list[str]:
 def build_init_model(path: Path, env: dict[str, Any] | None = None) -> Path:
     """Build (once) the random-init model and its tokenizer, trained on the corpus of ``env``
     (default: the study config's env section), into ``path``."""
-    from agents.models import build_tiny_model
+    from corrgrpo.agents.models import build_tiny_model
 
     if (path / "config.json").exists():
         return path
@@ -93,7 +93,7 @@ def warm_start(out: Path, threads: int, overrides: list[str] | None = None) -> t
     """The SFT warm start's model folder (trained once) and the seconds it took (0: cached)."""
     import torch
 
-    from trainer.sft import load_sft_config, sft
+    from corrgrpo.trainer.sft import load_sft_config, sft
 
     model = out / "sft" / "model"
     if (model / "config.json").exists():
@@ -116,7 +116,7 @@ def _eval_one(job: tuple[str, str, int | None]) -> tuple[str, float]:
     model, out_file, limit = job
     import warnings
 
-    from trainer.evaluate import evaluate
+    from corrgrpo.trainer.evaluate import evaluate
 
     warnings.filterwarnings("ignore")
     cfg = _rl_config([f"model.name_or_path={model}"])

@@ -9,10 +9,10 @@ import sys
 
 import torch
 
+from corrgrpo.trainer.cli import close_process_group
+from corrgrpo.trainer.config import config_from_dict
+from corrgrpo.trainer.trainer import Trainer
 from tests.launched import arm_hang_report
-from trainer.cli import close_process_group
-from trainer.config import config_from_dict
-from trainer.trainer import Trainer
 
 
 def main(out: str) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from agents import Episode, SamplingParams
-from trainer.policy_forward import pack_episodes, token_logprobs
+from corrgrpo.agents import Episode, SamplingParams
+from corrgrpo.trainer.policy_forward import pack_episodes, token_logprobs
 
 
 def assert_engine_samples_trainer_weights(trainer) -> None:

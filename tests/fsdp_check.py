@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
+from corrgrpo.trainer.cli import close_process_group
+from corrgrpo.trainer.config import config_from_dict
+from corrgrpo.trainer.fsdp import full_state_dict, is_sharded
+from corrgrpo.trainer.trainer import Trainer
 from tests.launched import arm_hang_report
-from trainer.cli import close_process_group
-from trainer.config import config_from_dict
-from trainer.fsdp import full_state_dict, is_sharded
-from trainer.trainer import Trainer
 
 
 def _config(out: str, resume: str | None = None):

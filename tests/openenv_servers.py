@@ -93,7 +93,7 @@ class Server:
 def corrgrpo_serve(env: str, *env_args: str, tmp: Path, port: int | None = None, options: tuple[str, ...] = ()) -> Server:
     """``corrgrpo serve ENV ARGS`` on a free port (not started)."""
     port = port or free_port()
-    argv = [sys.executable, "-m", "trainer.cli", "serve", env, *env_args, "--port", str(port), *options]
+    argv = [sys.executable, "-m", "corrgrpo.trainer.cli", "serve", env, *env_args, "--port", str(port), *options]
     return Server(argv, port, tmp / f"serve-{port}.log")
 
 

@@ -12,10 +12,10 @@ import sys
 
 import torch
 
+from corrgrpo.trainer.cli import close_process_group
+from corrgrpo.trainer.fsdp import full_state_dict, is_sharded
+from corrgrpo.trainer.sft import SFTTrainer, sft_config_from_dict
 from tests.launched import arm_hang_report
-from trainer.cli import close_process_group
-from trainer.fsdp import full_state_dict, is_sharded
-from trainer.sft import SFTTrainer, sft_config_from_dict
 
 
 def main(out: str, data: str) -> None:

@@ -1,4 +1,4 @@
-"""Tests of trainer.estimators: the paper's worked example, the consequences of
+"""Tests of corrgrpo.trainer.estimators: the paper's worked example, the consequences of
 the CorrGRPO definition, properties, the baselines against hand-computed values,
 NaN handling and input validation."""
 
@@ -13,8 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer import estimators as adv
-from trainer.estimators import (
+from corrgrpo.trainer import estimators as adv
+from corrgrpo.trainer.estimators import (
     AdvantageResult,
     available_estimators,
     compute_advantages,
@@ -22,7 +22,7 @@ from trainer.estimators import (
     group_rewards,
     register_estimator,
 )
-from trainer.estimators import groups as estimator_groups
+from corrgrpo.trainer.estimators import groups as estimator_groups
 
 EPS = 1e-6
 PROPERTY_SETTINGS = settings(max_examples=60, deadline=None)

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from trainer.cli import main
-from trainer.commands.advantages import PAPER_COVARIANCE, worked_example_rewards
+from corrgrpo.trainer.cli import main
+from corrgrpo.trainer.commands.advantages import PAPER_COVARIANCE, worked_example_rewards
 
 
 def test_worked_example_data_has_the_paper_covariance() -> None:

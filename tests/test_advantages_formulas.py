@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.estimators import available_estimators, compute_advantages, get_estimator
+from corrgrpo.trainer.estimators import available_estimators, compute_advantages, get_estimator
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIFT_INVARIANT = ["grpo", "dr_grpo", "corrgrpo", "mo_grpo", "gdpo", "gdpo_corr", "rloo", "reinforce_pp"]
@@ -160,7 +160,7 @@ def test_nonfinite_estimator_output_is_an_error(tmp_path, monkeypatch):
 
 #: The project's packages whose imports are followed (importing one of their modules runs
 #: its package's ``__init__`` too, so those count as well).
-PROJECT = ("trainer", "agents", "corrgrpo_envs", "corrgrpo_registry")
+PROJECT = ("corrgrpo", "corrgrpo_envs", "corrgrpo_registry")
 
 
 def _source(module: str) -> Path:
@@ -196,7 +196,7 @@ def _external_imports(module: str, seen: set[str] | None = None) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("module", ["trainer.estimators", "trainer.losses"])
+@pytest.mark.parametrize("module", ["corrgrpo.trainer.estimators", "corrgrpo.trainer.losses"])
 def test_estimator_and_loss_modules_import_only_torch_and_numpy(module):
     imported = _external_imports(module)
     stdlib = set(sys.stdlib_module_names) | {"__future__"}

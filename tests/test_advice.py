@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.models import default_anchor_tokenizer
-from trainer.advice import ADVICE, advise
-from trainer.cli import main
+from corrgrpo.agents.models import default_anchor_tokenizer
+from corrgrpo.trainer.advice import ADVICE, advise
+from corrgrpo.trainer.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["big", "a", "b"]
@@ -172,7 +172,7 @@ def test_a_drifting_gradient_norm(tmp_path):
 
 
 def test_an_installed_package_names_the_sites_page_instead_of_a_missing_file(monkeypatch, tmp_path):
-    from trainer.advice import recommendations
+    from corrgrpo.trainer.advice import recommendations
 
     link = recommendations.ADVICE["dominant"].evidence
     assert recommendations.where_to_read(link) == link  # a checkout: the file is there

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.advice import ADVICE, advise, examine
-from trainer.advice.report import FALLBACK_WIDTH, render, terminal_width
-from trainer.cli import main
-from trainer.config import Config
-from trainer.estimators import available_estimators
+from corrgrpo.trainer.advice import ADVICE, advise, examine
+from corrgrpo.trainer.advice.report import FALLBACK_WIDTH, render, terminal_width
+from corrgrpo.trainer.cli import main
+from corrgrpo.trainer.config import Config
+from corrgrpo.trainer.estimators import available_estimators
 
 NAMES = ["digits", "has_a", "word_with_a"]
 # The quickstart's CorrGRPO run (env_configs/quickstart.yaml, seed 0, 30 steps), as logged: digits'

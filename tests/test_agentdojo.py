@@ -521,7 +521,7 @@ def test_fast_environment_parse_equals_agentdojos(env, suite_name):
 
 @pytest.mark.parametrize("name", ["agentdojo.yaml", "agentdojo_tiny.yaml"])
 def test_configs(name):
-    config_module = pytest.importorskip("trainer.config")
+    config_module = pytest.importorskip("corrgrpo.trainer.config")
     cfg = config_module.load_config(f"env_configs/{name}")
     assert cfg.env["id"] == "corrgrpo/AgentDojo-v0"
     assert "max_turns" not in cfg.env  # the trainer's rollout.max_turns reaches the env

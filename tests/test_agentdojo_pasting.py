@@ -367,5 +367,5 @@ def test_paste_probes_hold(name):
 
 @needs_agentdojo
 def test_the_paper_config_turns_the_guard_off():
-    config = pytest.importorskip("trainer.config")
+    config = pytest.importorskip("corrgrpo.trainer.config")
     assert config.load_config("env_configs/agentdojo.yaml").env["paste_guard"] is False

@@ -7,8 +7,8 @@ import copy
 import pytest
 import torch
 
-from agents import Action, Episode, HFPolicy, SamplingParams, load_model
-from agents.hf_policy import finish_completion
+from corrgrpo.agents import Action, Episode, HFPolicy, SamplingParams, load_model
+from corrgrpo.agents.hf_policy import finish_completion
 
 TOOLS = [
     {

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import corrgrpo_envs
-from agents import HFPolicy, RandomPolicy, ReferencePolicy, SamplingParams, load_model
+from corrgrpo.agents import HFPolicy, RandomPolicy, ReferencePolicy, SamplingParams, load_model
 
 try:
     from corrgrpo_envs.vector import GroupedVectorEnv
@@ -28,7 +28,7 @@ def make_vector(env_id: str, num_groups: int, group_size: int):
 
 def play(venv, policy, max_turns: int, sampling=None, task_ids=None):
     """Roll every member until it finishes (or ``max_turns``) with the trainer's rollout loop."""
-    from trainer.rollout import play_episodes
+    from corrgrpo.trainer.rollout import play_episodes
 
     if task_ids is None:  # the same draw as venv.reset(seed=0)
         picks = np.random.default_rng(0).choice(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents import (
+from corrgrpo.agents import (
     HFPolicy,
     SamplingParams,
     build_anchor_model,
@@ -18,7 +18,7 @@ from agents import (
     load_model,
     load_tokenizer,
 )
-from agents import models as models_module
+from corrgrpo.agents import models as models_module
 
 SHARED = Path(os.environ.get("CORRGRPO_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
 ANCHOR_TOKENIZER = SHARED / "anchors" / "tiny_bpe_1024.tokenizer.json"

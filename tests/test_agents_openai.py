@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agents import Episode, OpenAIPolicy, OpenAIRequestError, SamplingParams, parse_hermes
+from corrgrpo.agents import Episode, OpenAIPolicy, OpenAIRequestError, SamplingParams, parse_hermes
 
 #: Beyond a call's configured deadlines, how long a test waits for it (a loaded 2-core machine).
 SLACK_S = 5.0

@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents import (
+from corrgrpo.agents import (
     Episode,
     RandomPolicy,
     ReferencePolicy,

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.arena import BASELINE, plan_arena, regime_configs
-from trainer.paired_stats import holm, paired_difference, tiers
+from corrgrpo.trainer.arena import BASELINE, plan_arena, regime_configs
+from corrgrpo.trainer.paired_stats import holm, paired_difference, tiers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,13 +82,13 @@ def test_the_plan_always_holds_the_baseline_and_checks_each_estimator(tmp_path):
 
 def _corrgrpo(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "trainer.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "corrgrpo.trainer.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.slow
 def test_the_printed_commands_run_the_arena_and_the_report_merges_them(tmp_path, monkeypatch):
-    from trainer.cli import main
+    from corrgrpo.trainer.cli import main
 
     out = tmp_path / "arena"
     common = ["arena", "arena/redundant.yaml", "train.steps=2", "algorithm.prompts_per_step=2",
@@ -157,9 +157,9 @@ def test_bad_arguments_are_one_line(tmp_path):
 def test_advice_on_the_grpo_runs_is_checked_against_the_arena(tmp_path):
     """The quickstart's GRPO log (dominance, duplicates, falling letters) as each seed's run:
     each recommended estimator is a hit, miss or unresolved by its paired interval."""
+    from corrgrpo.trainer.arena import ArenaPlan
+    from corrgrpo.trainer.arena_report import check_advice
     from tests.test_advice_quickstart import _quickstart_records
-    from trainer.arena import ArenaPlan
-    from trainer.arena_report import check_advice
 
     plan = ArenaPlan(tmp_path, {"toy": ROOT / "env_configs/arena/scale.yaml"}, ["grpo", "gdpo", "corrgrpo"],
                      2, [], {"toy": 30}, None)

@@ -18,9 +18,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.tolerances import reduction_atol
-from trainer.config import config_from_dict
-from trainer.estimators import (
+from corrgrpo.trainer.config import config_from_dict
+from corrgrpo.trainer.estimators import (
     ESTIMATORS,
     available_estimators,
     compute_advantages,
@@ -28,8 +27,13 @@ from trainer.estimators import (
     group_rewards,
     register_estimator,
 )
-from trainer.estimators.attribution import attribute, attribution_metrics, register_attribution
-from trainer.trainer import Trainer
+from corrgrpo.trainer.estimators.attribution import (
+    attribute,
+    attribution_metrics,
+    register_attribution,
+)
+from corrgrpo.trainer.trainer import Trainer
+from tests.tolerances import reduction_atol
 
 K = 3
 CASES = [(name, {}) for name in available_estimators()] + [
@@ -240,7 +244,7 @@ def test_an_estimator_written_as_its_decomposition(tmp_path, monkeypatch):
     (tmp_path / "my_decomposed.py").write_text(textwrap.dedent("""
         import torch
 
-        from trainer.estimators import Decomposition, decomposed
+        from corrgrpo.trainer.estimators import Decomposition, decomposed
 
         @decomposed
         def half(groups, *, factor: float = 0.5):

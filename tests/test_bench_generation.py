@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-import agents.static_decode as decode
-from agents import load_model
+import corrgrpo.agents.static_decode as decode
 from bench.generation import _copied_prompt_caches
+from corrgrpo.agents import load_model
 
 
 def test_copied_prompt_caches_take_the_copying_path_and_draw_the_same(monkeypatch):

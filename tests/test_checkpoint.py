@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from trainer.checkpoint import (
+from corrgrpo.trainer.checkpoint import (
     MANIFEST,
     CheckpointError,
     checkpoint_problem,
@@ -25,7 +25,7 @@ from trainer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from trainer.run_logger import RunLogger, read_metrics
+from corrgrpo.trainer.run_logger import RunLogger, read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,7 +148,7 @@ def test_latest_checkpoint_skips_a_damaged_one_and_falls_back(tmp_path, caplog, 
     (tmp_path / "checkpoint-3").mkdir()  # an empty folder, e.g. made by hand
     damage(second)
     assert problem in checkpoint_problem(second)
-    with caplog.at_level(logging.WARNING, logger="trainer.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="corrgrpo.trainer.checkpoint"):
         assert latest_checkpoint(tmp_path) == first
     text = caplog.text
     assert "skipping checkpoint" in text and str(second) in text and str(tmp_path / "checkpoint-3") in text
@@ -225,7 +225,7 @@ class SlowTokenizer(TinyTokenizer):
             (run / "writing").write_text("now")
             time.sleep(120)  # ... and the process is killed here
 
-from trainer.checkpoint import save_checkpoint
+from corrgrpo.trainer.checkpoint import save_checkpoint
 save_checkpoint(run / "checkpoint-2", step=2, model=model, tokenizer=SlowTokenizer(),
                 optimizer=opt, scheduler=sched)
 """
@@ -263,7 +263,7 @@ def _write(path: Path, text: str) -> None:
 
 def test_read_metrics_drops_a_torn_last_line_with_a_warning(tmp_path, caplog):
     _write(tmp_path / "metrics.jsonl", '{"step": 1}\n{"step": 2}\n{"step": 3, "loss": 0.')
-    with caplog.at_level(logging.WARNING, logger="trainer.run_logger"):
+    with caplog.at_level(logging.WARNING, logger="corrgrpo.trainer.run_logger"):
         assert read_metrics(tmp_path) == [{"step": 1}, {"step": 2}]
     assert "torn last line 3" in caplog.text and "metrics.jsonl" in caplog.text
 
@@ -304,7 +304,7 @@ def test_a_fresh_start_in_an_old_folder_moves_the_old_logs_aside(tmp_path, caplo
     _write(tmp_path / "metrics.jsonl", "".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)))
     _write(tmp_path / "samples.jsonl", '{"step": 1, "text": "old"}\n')
     logger = RunLogger(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="trainer.run_logger"):
+    with caplog.at_level(logging.WARNING, logger="corrgrpo.trainer.run_logger"):
         logger.log({"step": 1})
         logger.log_samples(1, [{"text": "new"}])
         logger.log({"step": 2})

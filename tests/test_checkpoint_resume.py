@@ -6,9 +6,9 @@ import logging
 import shutil
 from pathlib import Path
 
-from trainer.config import config_from_dict
-from trainer.run_logger import read_metrics
-from trainer.trainer import Trainer
+from corrgrpo.trainer.config import config_from_dict
+from corrgrpo.trainer.run_logger import read_metrics
+from corrgrpo.trainer.trainer import Trainer
 
 
 def _cfg(run: Path, **train) -> object:
@@ -67,7 +67,7 @@ def test_keep_checkpoints_deletes_the_older_folders_and_resume_uses_the_newest(t
 def test_prune_checkpoints_keeps_the_highest_steps_and_other_files(tmp_path):
     import pytest
 
-    from trainer.checkpoint import prune_checkpoints
+    from corrgrpo.trainer.checkpoint import prune_checkpoints
 
     for step in (5, 10, 40, 100):
         (tmp_path / f"checkpoint-{step}").mkdir()

@@ -188,7 +188,7 @@ def test_configs_build_the_env():
 
 
 def test_cli_precompute_references(tmp_path, capsys):
-    from trainer.cli import main
+    from corrgrpo.trainer.cli import main
 
     rc = main(["code", "precompute-references", "--dataset", "humaneval", "--limit", "3",
                "--runs", "1", "--cache-dir", str(tmp_path)])

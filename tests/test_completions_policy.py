@@ -13,7 +13,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agents import CompletionsTokenPolicy, Episode, OpenAIRequestError, SamplingParams, load_model
+from corrgrpo.agents import (
+    CompletionsTokenPolicy,
+    Episode,
+    OpenAIRequestError,
+    SamplingParams,
+    load_model,
+)
 
 
 class CompletionsServer:

@@ -90,7 +90,7 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # a regression must not take the machine
 
 
-#: Runs ``python -m trainer.cli ARGV`` and, however it ends, writes the process's peak RSS (its
+#: Runs ``python -m corrgrpo.trainer.cli ARGV`` and, however it ends, writes the process's peak RSS (its
 #: own address space's high-water mark, VmHWM) to the file named by CORRGRPO_PEAK_RSS_FILE. The
 #: rusage of a child is no measure: Linux counts into a child's ru_maxrss the high-water mark of
 #: the process it was forked from, so every command run from a large test worker "peaked" at the
@@ -102,16 +102,16 @@ def peak():
         kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
     with open(os.environ["CORRGRPO_PEAK_RSS_FILE"], "w") as f:
         f.write(str(kb))
-sys.argv = ["trainer.cli", *sys.argv[1:]]
+sys.argv = ["corrgrpo.trainer.cli", *sys.argv[1:]]
 try:
-    runpy.run_module("trainer.cli", run_name="__main__", alter_sys=True)
+    runpy.run_module("corrgrpo.trainer.cli", run_name="__main__", alter_sys=True)
 finally:
     peak()
 """
 
 
 def run_command(argv: list[str]) -> tuple[int, list[str], float, float]:
-    """``(exit status, output lines, CPU seconds, peak RSS in MB)`` of ``python -m trainer.cli argv``."""
+    """``(exit status, output lines, CPU seconds, peak RSS in MB)`` of ``python -m corrgrpo.trainer.cli argv``."""
     with tempfile.NamedTemporaryFile(suffix=".rss") as peak_file:
         env = dict(os.environ, PYTHONPATH=str(ROOT), CORRGRPO_PEAK_RSS_FILE=peak_file.name)
         process = subprocess.Popen([sys.executable, "-c", _REPORT_PEAK, *argv], cwd=ROOT, env=env,

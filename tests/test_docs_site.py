@@ -52,10 +52,10 @@ def test_the_site_builds_strictly(tmp_path):
 
 
 def test_the_configuration_page_lists_every_setting():
+    from corrgrpo.trainer.config import Config
+    from corrgrpo.trainer.losses import LossConfig
+    from corrgrpo.trainer.sft import SFTConfig
     from corrgrpo_registry.settings import describe
-    from trainer.config import Config
-    from trainer.losses import LossConfig
-    from trainer.sft import SFTConfig
 
     page = reference_pages.config_markdown()
     keys = [s.key for s in describe(Config()) + describe(SFTConfig())]
@@ -68,7 +68,7 @@ def test_the_configuration_page_lists_every_setting():
 
 
 def test_the_cli_page_has_every_command_and_sub_command():
-    from trainer.cli import COMMANDS
+    from corrgrpo.trainer.cli import COMMANDS
 
     page = reference_pages.cli_markdown()
     for name in COMMANDS:

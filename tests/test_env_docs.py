@@ -69,7 +69,7 @@ def test_usage_example_runs():
 
 
 def test_envs_list_json_and_table(capsys):
-    from trainer.cli import main
+    from corrgrpo.trainer.cli import main
 
     assert main(["envs", "list", "--json"]) == 0
     rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
@@ -102,7 +102,7 @@ def test_missing_dependency_is_listed_not_raised():
 
 
 def test_envs_list_fits_80_columns_without_cutting_names(capsys, monkeypatch):
-    from trainer.cli import main
+    from corrgrpo.trainer.cli import main
 
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["envs", "list", "corrgrpo/Code-v0", "corrgrpo/ToolCall-v0", "corrgrpo/ScaleDominance-v0"]) == 0
@@ -116,8 +116,8 @@ def test_envs_list_fits_80_columns_without_cutting_names(capsys, monkeypatch):
 def test_an_unavailable_env_is_a_line_under_the_table_not_a_squeezed_row(capsys, monkeypatch):
     """A missing dependency's note and install hint would widen the rewards column past 80
     columns and cut the ids of every other env; it is a line of its own under the table."""
+    from corrgrpo.trainer.cli import main
     from corrgrpo_envs import commands
-    from trainer.cli import main
 
     described = commands.describe_env
 

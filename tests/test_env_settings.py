@@ -124,7 +124,7 @@ def _train_config(tmp_path, env_lines: str) -> Path:
      r"run.yaml:2: env.id: unknown env id 'corrgrpo/Nope-v0'; registered: "),
 ])
 def test_a_run_configs_env_keys_are_checked_like_every_other_key(tmp_path, env_lines, says):
-    from trainer.config import load_config
+    from corrgrpo.trainer.config import load_config
 
     path = _train_config(tmp_path, env_lines)
     with pytest.raises(ConfigError, match=says) as info:
@@ -134,8 +134,8 @@ def test_a_run_configs_env_keys_are_checked_like_every_other_key(tmp_path, env_l
 
 
 def test_the_trainer_gives_max_turns_to_envs_that_take_it(tmp_path):
-    from trainer.config import config_from_dict
-    from trainer.setup import env_kwargs
+    from corrgrpo.trainer.config import config_from_dict
+    from corrgrpo.trainer.setup import env_kwargs
 
     dojo = config_from_dict({"env": {"id": "corrgrpo/AgentDojo-v0"}, "rollout": {"max_turns": 4}})
     assert env_kwargs(dojo)["max_turns"] == 4
@@ -145,8 +145,8 @@ def test_the_trainer_gives_max_turns_to_envs_that_take_it(tmp_path):
 
 
 def test_an_env_without_settings_gets_its_keyword_arguments_as_before(tmp_path, monkeypatch):
-    from trainer.config import config_from_dict
-    from trainer.setup import env_kwargs
+    from corrgrpo.trainer.config import config_from_dict
+    from corrgrpo.trainer.setup import env_kwargs
 
     (tmp_path / "untyped_env_mod.py").write_text(USER_ENV)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -184,7 +184,7 @@ def test_the_your_env_page_example_runs(capsys):
 
 @pytest.mark.parametrize("command", ["train", "sft"])
 def test_help_lists_every_env_setting_but_the_trainers(command, capsys):
-    from trainer.cli import main
+    from corrgrpo.trainer.cli import main
 
     with pytest.raises(SystemExit):
         main([command, "--help"])

@@ -22,8 +22,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corrgrpo.trainer.estimators import compute_advantages, get_estimator, group_rewards
 from tests.verl_reference_dara import edge_batches, groups_in_order
-from trainer.estimators import compute_advantages, get_estimator, group_rewards
 
 BATCHES = list(edge_batches(3)) + [b._replace(name=f"{b.name}_k2", rewards=b.rewards[:, :2],
                                               weights=b.weights[:2]) for b in edge_batches(2)]

@@ -29,6 +29,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corrgrpo.trainer.estimators import compute_advantages
 from tests.verl_reference import (
     Batch,
     batches,
@@ -38,7 +39,6 @@ from tests.verl_reference import (
     random_batch,
     token_matrix,
 )
-from trainer.estimators import compute_advantages
 
 BATCHES = batches()
 
@@ -218,8 +218,8 @@ def test_bad_options_raise(options, match):
 
 
 def test_the_trainer_applies_the_keep_weight_and_logs_the_ratios(tmp_path, monkeypatch):
-    from trainer.config import config_from_dict
-    from trainer.trainer import Trainer
+    from corrgrpo.trainer.config import config_from_dict
+    from corrgrpo.trainer.trainer import Trainer
 
     trainer = Trainer(config_from_dict({
         "env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 8},
@@ -244,7 +244,7 @@ def test_the_trainer_applies_the_keep_weight_and_logs_the_ratios(tmp_path, monke
         return compute_advantages(*args, token_counts=token_counts, **kw)
 
     monkeypatch.setattr(trainer.updater, "update", spy)
-    monkeypatch.setattr("trainer.trainer.compute_advantages", spy_advantages)
+    monkeypatch.setattr("corrgrpo.trainer.trainer.compute_advantages", spy_advantages)
     record = trainer.train_step(0)
     trainer.venv.close()
     weights = seen["sequence_weights"]

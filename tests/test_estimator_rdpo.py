@@ -18,9 +18,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corrgrpo.trainer.estimators import compute_advantages, get_estimator, group_rewards
+from corrgrpo.trainer.estimators.rdpo import mid_ranks, quantile_scores, whitened
 from tests.verl_reference_dara import edge_batches, groups_in_order
-from trainer.estimators import compute_advantages, get_estimator, group_rewards
-from trainer.estimators.rdpo import mid_ranks, quantile_scores, whitened
 
 BATCHES = list(edge_batches(3))
 

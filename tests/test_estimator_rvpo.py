@@ -21,6 +21,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corrgrpo.trainer.estimators import compute_advantages, get_estimator, group_rewards
 from tests.verl_reference_dara import (
     edge_batches,
     first_token,
@@ -29,7 +30,6 @@ from tests.verl_reference_dara import (
     normalize_responses,
     token_mask,
 )
-from trainer.estimators import compute_advantages, get_estimator, group_rewards
 
 BATCHES = list(edge_batches(3)) + [b._replace(name=f"{b.name}_k2", rewards=b.rewards[:, :2],
                                               weights=b.weights[:2]) for b in edge_batches(2)]

@@ -21,6 +21,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corrgrpo.trainer.estimators import compute_advantages
+from corrgrpo.trainer.estimators.groups import group_rewards
+from corrgrpo.trainer.estimators.reward_metrics import estimator_metrics
+from corrgrpo.trainer.estimators.saw import cv_weights
 from tests.verl_reference import (
     Batch,
     batches,
@@ -30,10 +34,6 @@ from tests.verl_reference import (
     random_batch,
     token_matrix,
 )
-from trainer.estimators import compute_advantages
-from trainer.estimators.groups import group_rewards
-from trainer.estimators.reward_metrics import estimator_metrics
-from trainer.estimators.saw import cv_weights
 
 BATCHES = batches()
 

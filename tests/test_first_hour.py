@@ -17,12 +17,12 @@ import pytest
 from rich.console import Console
 
 import corrgrpo_envs
+from corrgrpo.trainer.advice import ADVICE, advise
+from corrgrpo.trainer.cli import main
+from corrgrpo.trainer.config import ConfigError, load_config
+from corrgrpo.trainer.zero_rewards import ZeroRewardWatch
 from corrgrpo_envs import commands as envs_commands
 from corrgrpo_envs.registry import ENVS
-from trainer.advice import ADVICE, advise
-from trainer.cli import main
-from trainer.config import ConfigError, load_config
-from trainer.zero_rewards import ZeroRewardWatch
 
 AGENTDOJO_HINT = "pip install 'corrgrpo[agentdojo]'"
 
@@ -64,9 +64,9 @@ def test_a_config_error_quoting_brackets_prints_them(capsys):
 
 
 def test_the_run_banner_and_progress_bar_print_user_text_as_it_is():
-    from trainer.commands.train import _banner
-    from trainer.config import Config
-    from trainer.progress import TrainProgress
+    from corrgrpo.trainer.commands.train import _banner
+    from corrgrpo.trainer.config import Config
+    from corrgrpo.trainer.progress import TrainProgress
 
     cfg = Config()
     cfg.model.name_or_path = "models/[b]mine"
@@ -242,7 +242,7 @@ def test_a_registered_id_from_an_imported_module_resolves(tmp_path, zero_env_mod
     assert env_id not in corrgrpo_envs.registered_ids()
     cfg = load_config(None, [f"env.id={env_id}", f"env.import=[{module}]"])
     assert env_id in corrgrpo_envs.registered_ids() and cfg.env["import"] == [module]
-    from trainer.setup import build_vector_env, env_kwargs
+    from corrgrpo.trainer.setup import build_vector_env, env_kwargs
 
     assert "import" not in env_kwargs(cfg)  # the trainer's key, not the env's keyword argument
     for executor in ("thread", "process"):  # a spawned worker imports the module itself
@@ -278,7 +278,7 @@ def test_without_the_import_the_id_is_unknown_and_a_bad_import_is_named(tmp_path
 def test_at_80_columns_the_progress_bar_cuts_no_number():
     import io
 
-    from trainer.progress import TrainProgress
+    from corrgrpo.trainer.progress import TrainProgress
 
     record = {"reward/weighted/mean": 0.5, "reward/digits/mean": 31.25, "reward/has_a/mean": 0.75,
               "reward/word_with_a/mean": 0.5, "reward/a_longer_component_name/mean": 1.0,

@@ -94,8 +94,8 @@ def test_gpu_config_is_the_tested_cpu_config_on_gpus():
 
 
 def test_unsharded_model_helpers_are_plain():
-    from agents import load_model
-    from trainer.fsdp import full_state_dict, is_sharded
+    from corrgrpo.agents import load_model
+    from corrgrpo.trainer.fsdp import full_state_dict, is_sharded
 
     model, _ = load_model("tiny")
     assert not is_sharded(model)

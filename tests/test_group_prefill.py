@@ -7,9 +7,9 @@ import copy
 import pytest
 import torch
 
-from agents import HFPolicy, SamplingParams, load_model
-from agents.hf_policy import MIN_SHARED_PROMPT
-from agents.static_decode import distinct_rows, static_decode
+from corrgrpo.agents import HFPolicy, SamplingParams, load_model
+from corrgrpo.agents.hf_policy import MIN_SHARED_PROMPT
+from corrgrpo.agents.static_decode import distinct_rows, static_decode
 from tests.tolerances import assert_close_after_reduction
 
 
@@ -77,7 +77,7 @@ def test_shared_prefill_draws_what_one_prefill_per_row_draws(tiny, decoder, temp
 def test_rows_that_end_early_end_alike(tiny, temperature, monkeypatch):
     # EOS and stop strings end rows at different steps (greedy rows then leave the cache);
     # short prompts, shared all the same, since there the greedy rows end at different steps
-    monkeypatch.setattr("agents.hf_policy.MIN_SHARED_PROMPT", 1)
+    monkeypatch.setattr("corrgrpo.agents.hf_policy.MIN_SHARED_PROMPT", 1)
     observations = _groups(repeats=(1, 7, 3))
     model, tokenizer = tiny
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -137,8 +137,8 @@ def test_distinct_rows_compare_the_prompt_not_its_padding():
 
 
 def test_the_option_reaches_the_policy_and_defaults_on(tiny):
-    from trainer.config import RolloutConfig, config_from_dict
-    from trainer.engines import HFEngine
+    from corrgrpo.trainer.config import RolloutConfig, config_from_dict
+    from corrgrpo.trainer.engines import HFEngine
 
     assert RolloutConfig().hf_share_prompts is True
     model, tokenizer = tiny
@@ -148,8 +148,8 @@ def test_the_option_reaches_the_policy_and_defaults_on(tiny):
 
 
 def test_the_option_refuses_a_non_boolean():
+    from corrgrpo.trainer.config import config_from_dict
     from corrgrpo_registry.settings import ConfigError
-    from trainer.config import config_from_dict
 
     with pytest.raises(ConfigError, match="rollout.hf_share_prompts"):
         config_from_dict({"rollout": {"hf_share_prompts": "sometimes"}})
@@ -198,7 +198,7 @@ def test_cascade_attention_equals_attention_over_each_rows_whole_cache():
     give SDPA's grouped-query attention over each row's prompt + generated keys."""
     import torch.nn.functional as F
 
-    from agents.static_decode import _Cache, _cascade_attention, _GroupPrompts
+    from corrgrpo.agents.static_decode import _Cache, _cascade_attention, _GroupPrompts
 
     torch.manual_seed(0)
     groups, size, heads, kv, dim, width, generated = 3, 4, 6, 2, 8, 10, 5
@@ -230,7 +230,7 @@ def test_cascade_attention_equals_attention_over_each_rows_whole_cache():
 def test_equal_groups_decode_through_one_prompt_cache_per_group(tiny, monkeypatch):
     """A batch of equal groups takes the cascade path (its cache holds the generated tokens only)
     and draws what one prefill per row draws; unequal groups take the copying path."""
-    import agents.static_decode as sd
+    import corrgrpo.agents.static_decode as sd
 
     model, tokenizer = tiny
     pad = tokenizer.pad_token_id

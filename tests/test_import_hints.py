@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from corrgrpo.trainer.cli import main
 from corrgrpo_registry import import_error_hint
-from trainer.cli import main
 
 
 @pytest.fixture

@@ -80,7 +80,7 @@ def test_a_finished_run_returns_its_output():
 CYCLE_HELD_MODEL = textwrap.dedent("""
     import os, sys, weakref
     import torch, torch.distributed as dist
-    from trainer.cli import close_process_group
+    from corrgrpo.trainer.cli import close_process_group
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
     dist.init_process_group("gloo", rank=0, world_size=1)

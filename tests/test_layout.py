@@ -63,4 +63,5 @@ def test_benchmarks_and_studies_are_not_shipped():
     for folder in RUN_AS_MODULES:
         assert not any(fnmatch(folder, pattern) for pattern in include), (folder, include)
     assert all(any(fnmatch(p, pattern) for pattern in include)
-               for p in ("corrgrpo_registry", "corrgrpo_sandbox", "corrgrpo_envs", "agents", "trainer"))
+               for p in ("corrgrpo_registry", "corrgrpo_sandbox", "corrgrpo_envs", "corrgrpo",
+                         "corrgrpo.agents", "corrgrpo.trainer"))

@@ -105,8 +105,8 @@ def test_fixed_data_sets_select_their_dataset_and_split(tmp_path):
 
 
 def test_evaluate_plays_exactly_the_given_task_ids_and_rejects_unknown_ones():
-    from trainer.config import load_config
-    from trainer.evaluate import evaluate
+    from corrgrpo.trainer.config import load_config
+    from corrgrpo.trainer.evaluate import evaluate
 
     cfg = load_config(ROOT / "env_configs" / "toolcall_tiny.yaml", ["env.num_tasks=40"])
     import corrgrpo_envs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.lora import (
+from corrgrpo.trainer.lora import (
     ADAPTER_FOLDER,
     LoraConfig,
     apply_lora,
@@ -20,7 +20,7 @@ peft = pytest.importorskip("peft", reason="LoRA needs the 'peft' package (extra 
 
 
 def _tiny():
-    from agents.models import load_model
+    from corrgrpo.agents.models import load_model
 
     return load_model("tiny")
 

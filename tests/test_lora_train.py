@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.config import config_from_dict
-from trainer.run_logger import read_metrics
-from trainer.trainer import Trainer
+from corrgrpo.trainer.config import config_from_dict
+from corrgrpo.trainer.run_logger import read_metrics
+from corrgrpo.trainer.trainer import Trainer
 
 pytest.importorskip("peft", reason="LoRA needs the 'peft' package (extra 'lora')")
 
@@ -35,8 +35,8 @@ def _cfg(tmp_path: Path, **train):
 def test_train_updates_only_adapters_and_saves_merged(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from trainer.fsdp import full_state_dict
-    from trainer.lora import is_lora_model, merged_state_dict
+    from corrgrpo.trainer.fsdp import full_state_dict
+    from corrgrpo.trainer.lora import is_lora_model, merged_state_dict
 
     trainer = Trainer(_cfg(tmp_path, save_final=True))
     assert is_lora_model(trainer.unwrapped)

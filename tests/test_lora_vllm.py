@@ -15,7 +15,7 @@ import pytest
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-from agents.vllm_policy import vllm_available  # noqa: E402
+from corrgrpo.agents.vllm_policy import vllm_available  # noqa: E402
 
 AVAILABLE, WHY = vllm_available()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
@@ -23,10 +23,10 @@ pytest.importorskip("peft", reason="LoRA needs the 'peft' package (extra 'lora')
 
 import torch  # noqa: E402
 
-from agents import SamplingParams  # noqa: E402
-from trainer.config import config_from_dict  # noqa: E402
-from trainer.policy_forward import pack_episodes, token_logprobs  # noqa: E402
-from trainer.trainer import Trainer  # noqa: E402
+from corrgrpo.agents import SamplingParams  # noqa: E402
+from corrgrpo.trainer.config import config_from_dict  # noqa: E402
+from corrgrpo.trainer.policy_forward import pack_episodes, token_logprobs  # noqa: E402
+from corrgrpo.trainer.trainer import Trainer  # noqa: E402
 
 ENGINE = {"max_model_len": 1024, "enforce_eager": True, "kv_cache_memory_bytes": 256 * 2**20}
 
@@ -47,7 +47,7 @@ def test_vllm_serves_merged_lora_weights(tmp_path):
     trainer.train()
     # after the updates, the engine's logprobs are those of the LoRA model (base + adapters)
     obs = [{"messages": [{"role": "user", "content": "Write a word with the letter a."}], "tools": []}]
-    from agents import Episode
+    from corrgrpo.agents import Episode
 
     episodes = [Episode()]
     trainer.policy.act(obs, SamplingParams(temperature=0.0, max_new_tokens=8, seed=0), episodes)

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.losses import LossConfig, LossInputs, get_loss, k3_kl
+from corrgrpo.trainer.losses import LossConfig, LossInputs, get_loss, k3_kl
 
 ALL = ["cispo", "dapo", "dr_grpo", "grpo", "gspo"]
 DT = torch.float64
@@ -124,12 +124,12 @@ def test_the_updater_applies_the_weights():
     (micro-batches of two rows, the second epoch in shuffled order)."""
     import copy
 
-    from agents import Episode, load_model
-    from trainer.config import OptimConfig
-    from trainer.fsdp import build_accelerator
-    from trainer.losses import default_config
-    from trainer.policy_forward import pack_episodes
-    from trainer.update import PolicyUpdater
+    from corrgrpo.agents import Episode, load_model
+    from corrgrpo.trainer.config import OptimConfig
+    from corrgrpo.trainer.fsdp import build_accelerator
+    from corrgrpo.trainer.losses import default_config
+    from corrgrpo.trainer.policy_forward import pack_episodes
+    from corrgrpo.trainer.update import PolicyUpdater
 
     torch.manual_seed(0)
     base, tok = load_model("tiny")

@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer import losses
-from trainer.losses import (
+from corrgrpo.trainer import losses
+from corrgrpo.trainer.losses import (
     LossConfig,
     LossInputs,
     LossOutput,
@@ -456,7 +456,7 @@ def test_half_precision_log_probs_are_computed_in_float32(name):
 
 
 def test_gspo_honours_clip_low_and_clip_high():
-    from trainer.losses import resolve_loss_config
+    from corrgrpo.trainer.losses import resolve_loss_config
 
     cfg = resolve_loss_config("gspo", {"clip_low": 0.05, "clip_high": 0.1})
     assert (cfg.clip_low, cfg.clip_high) == (0.05, 0.1)
@@ -470,7 +470,7 @@ def test_gspo_honours_clip_low_and_clip_high():
 
 
 def test_loss_options_are_validated():
-    from trainer.losses import LossConfigError, resolve_loss_config
+    from corrgrpo.trainer.losses import LossConfigError, resolve_loss_config
 
     with pytest.raises(LossConfigError, match="unknown option 'clip_lo' of loss 'grpo'") as info:
         resolve_loss_config("grpo", {"clip_lo": 0.1})
@@ -496,7 +496,7 @@ def test_loss_options_are_validated():
     ],
 )
 def test_aggregation_modes_hand_computed(mode, want):
-    from trainer.losses import resolve_loss_config
+    from corrgrpo.trainer.losses import resolve_loss_config
 
     logp = torch.zeros(2, 3, dtype=DT)
     for name in ("grpo", "dapo", "dr_grpo", "gspo"):
@@ -532,7 +532,7 @@ def test_loss_entry_point(tmp_path, monkeypatch):
     import textwrap
 
     (tmp_path / "my_losses.py").write_text(textwrap.dedent("""
-        from trainer.losses import LossInputs, LossOutput
+        from corrgrpo.trainer.losses import LossInputs, LossOutput
 
         def reinforce(inputs: LossInputs) -> LossOutput:
             x = inputs
@@ -552,7 +552,7 @@ def test_loss_entry_point(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", ALL)
 def test_micro_batch_metrics_combine_to_the_full_batch_metrics(name):
     """Means keep their weights and maxima stay maxima when a batch is split unevenly."""
-    from trainer.loss_metrics import MetricAccumulator
+    from corrgrpo.trainer.loss_metrics import MetricAccumulator
 
     logp, old, ref, adv, mask = _random_batch(11, 8, 5)
     logp = logp + torch.linspace(-0.6, 0.6, 40, dtype=DT).view(8, 5)  # ratios far from 1

@@ -282,7 +282,7 @@ def test_urls_parse_to_http_bases():
 
 
 def test_eval_with_the_reference_policy_over_a_server_matches_in_process(servers, tmp_path):
-    from trainer.cli import main
+    from corrgrpo.trainer.cli import main
 
     scores = {}
     for name, env_id in (("local", TOY), ("remote", servers[TOY].url)):
@@ -297,7 +297,7 @@ def test_eval_with_the_reference_policy_over_a_server_matches_in_process(servers
 
 
 def test_sft_reads_the_references_from_a_server(servers, tmp_path):
-    from trainer.cli import main
+    from corrgrpo.trainer.cli import main
 
     cfg = tmp_path / "sft.yaml"
     cfg.write_text(

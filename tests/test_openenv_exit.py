@@ -90,7 +90,7 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> Run:
 
 
 def _corrgrpo(*args: str, env: dict[str, str] | None = None) -> Run:
-    return _run([sys.executable, "-m", "trainer.cli", *args], env)
+    return _run([sys.executable, "-m", "corrgrpo.trainer.cli", *args], env)
 
 
 def _one_error(run: Run) -> str:
@@ -208,7 +208,7 @@ class InfiniteMetricsEnv(ScaleDominanceEnv):
 
 @pytest.mark.timeout(120)
 def test_eval_refuses_non_finite_metrics_and_writes_nothing(tmp_path, capsys):
-    from trainer.cli import main
+    from corrgrpo.trainer.cli import main
 
     cfg = tmp_path / "inf.yaml"
     cfg.write_text(f"env:\n  id: {__name__}:InfiniteMetricsEnv\n  num_tasks: 8\nmodel:\n  name_or_path: tiny\n")

@@ -406,7 +406,7 @@ def test_the_trainers_client_plays_on_across_the_closes_of_its_old_sessions(tmp_
 def _serve_once(*args: str, env: dict[str, str] | None = None, cli: bool = False) -> subprocess.CompletedProcess:
     """One ``python -m corrgrpo_envs.serve`` (``corrgrpo serve`` with ``cli``) that is expected to stop."""
     run_env = {k: v for k, v in _helper_env().items() if k != TOKEN_VARIABLE}
-    command = ["trainer.cli", "serve"] if cli else ["corrgrpo_envs.serve"]
+    command = ["corrgrpo.trainer.cli", "serve"] if cli else ["corrgrpo_envs.serve"]
     return subprocess.run([sys.executable, "-m", *command, *args], cwd=ROOT, env={**run_env, **(env or {})},
                           capture_output=True, text=True, timeout=120)
 

@@ -240,7 +240,7 @@ def test_training_over_three_faulty_servers_finishes_or_stops_with_one_error(soa
     started = time.monotonic()
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "trainer.cli", "train", "env_configs/quickstart.yaml", *overrides],
+            [sys.executable, "-m", "corrgrpo.trainer.cli", "train", "env_configs/quickstart.yaml", *overrides],
             cwd=ROOT, capture_output=True, text=True, timeout=420,
             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
         )

@@ -17,10 +17,10 @@ import pytest
 pytest.importorskip("openenv", reason="the openenv extra is not installed (pip install -e '.[openenv]')")
 
 import corrgrpo_envs  # noqa: E402
+from corrgrpo.trainer.config import config_from_dict  # noqa: E402
+from corrgrpo.trainer.run_logger import read_metrics  # noqa: E402
+from corrgrpo.trainer.trainer import Trainer  # noqa: E402
 from tests.openenv_servers import Server, free_port  # noqa: E402
-from trainer.config import config_from_dict  # noqa: E402
-from trainer.run_logger import read_metrics  # noqa: E402
-from trainer.trainer import Trainer  # noqa: E402
 
 
 @pytest.fixture(scope="module")

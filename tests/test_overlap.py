@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.config import ConfigError, config_from_dict
-from trainer.run_logger import read_metrics
-from trainer.trainer import Trainer
+from corrgrpo.trainer.config import ConfigError, config_from_dict
+from corrgrpo.trainer.run_logger import read_metrics
+from corrgrpo.trainer.trainer import Trainer
 
 #: per-step values that must agree between two runs of the same seed (timings excluded)
 SAME_KEYS = ("reward/weighted/mean", "reward/digits/mean", "loss/ratio_mean", "grad_norm", "lr",

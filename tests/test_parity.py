@@ -55,17 +55,17 @@ _MACHINE = ("time/", "tokens_per_s", "overlap/")
 
 def run_config(name: str, output_dir: Path) -> list[dict[str, Any]]:
     """Run one entry of :data:`RUNS` into ``output_dir``; its ``metrics.jsonl`` records, timings removed."""
-    from trainer.run_logger import read_metrics
+    from corrgrpo.trainer.run_logger import read_metrics
 
     command, path, overrides = RUNS[name]
     overrides = [*overrides, f"train.output_dir={output_dir}"]
     if command == "train":
-        from trainer.config import load_config
-        from trainer.trainer import Trainer
+        from corrgrpo.trainer.config import load_config
+        from corrgrpo.trainer.trainer import Trainer
 
         Trainer(load_config(ROOT / path, overrides)).train()
     else:
-        from trainer.sft import SFTTrainer, load_sft_config
+        from corrgrpo.trainer.sft import SFTTrainer, load_sft_config
 
         SFTTrainer(load_sft_config(ROOT / path, overrides)).train()
     return [

@@ -15,7 +15,7 @@ def _run(folder: Path, rows: list[dict]) -> Path:
 
 
 def test_a_run_keeps_its_colour_in_panels_the_others_did_not_log(tmp_path, monkeypatch):
-    from trainer.plotting import plot_runs
+    from corrgrpo.trainer.plotting import plot_runs
 
     first = _run(tmp_path / "a", [{"step": s, "reward/weighted/mean": s, "reward/x/mean": s} for s in (1, 2)])
     second = _run(tmp_path / "b", [{"step": s, "reward/weighted/mean": -s, "reward/x/mean": -s,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents import Episode, load_model
+from corrgrpo.agents import Episode, load_model
+from corrgrpo.trainer.policy_forward import pack_episodes, token_logprobs
 from tests.tolerances import assert_close_after_reduction
-from trainer.policy_forward import pack_episodes, token_logprobs
 
 
 def _episode(prompt: list[int], completion: list[int]) -> Episode:
@@ -48,7 +48,7 @@ def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def test_shared_prefix_gives_the_full_pass_log_probs_entropy_and_gradient():
-    from trainer.policy_forward import MIN_SHARED_PREFIX
+    from corrgrpo.trainer.policy_forward import MIN_SHARED_PREFIX
 
     torch.manual_seed(0)
     model, tok = load_model("tiny")
@@ -73,7 +73,7 @@ def test_shared_prefix_gives_the_full_pass_log_probs_entropy_and_gradient():
 
 
 def test_shared_prefix_is_left_out_when_the_rows_share_too_little():
-    from trainer.policy_forward import MIN_SHARED_PREFIX, common_prefix_length
+    from corrgrpo.trainer.policy_forward import MIN_SHARED_PREFIX, common_prefix_length
 
     ids = torch.tensor([[1, 2, 3, 4], [1, 2, 9, 4], [1, 2, 3, 7]])
     assert common_prefix_length(ids, 10) == 2
@@ -95,8 +95,8 @@ def test_share_prefix_trains_a_step_like_the_full_pass(tmp_path):
     """One GRPO step on the tiny model's toy config: the same update with and without sharing."""
     import json
 
-    from trainer.config import load_config
-    from trainer.trainer import Trainer
+    from corrgrpo.trainer.config import load_config
+    from corrgrpo.trainer.trainer import Trainer
 
     torch.set_num_threads(1)
     records = {}
@@ -114,7 +114,7 @@ def test_share_prefix_trains_a_step_like_the_full_pass(tmp_path):
 
 
 def test_shared_prefix_falls_back_to_the_plain_pass_under_gradient_checkpointing():
-    from trainer.policy_forward import MIN_SHARED_PREFIX
+    from corrgrpo.trainer.policy_forward import MIN_SHARED_PREFIX
 
     torch.manual_seed(0)
     model, tok = load_model("tiny")
@@ -160,8 +160,8 @@ class _Wrapper(torch.nn.Module):
 
 
 def test_one_forward_pass_keeps_the_same_logits_whatever_the_model_takes():
-    from agents.models import takes_logits_to_keep
-    from trainer.policy_forward import model_logits, token_scores
+    from corrgrpo.agents.models import takes_logits_to_keep
+    from corrgrpo.trainer.policy_forward import model_logits, token_scores
 
     torch.manual_seed(0)
     model, tok = load_model("tiny")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trainer.progress import TrainProgress
-from trainer.sft import _SFTProgress
+from corrgrpo.trainer.progress import TrainProgress
+from corrgrpo.trainer.sft import _SFTProgress
 
 
 def _shown(progress: TrainProgress) -> str:

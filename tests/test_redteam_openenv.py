@@ -40,7 +40,7 @@ def test_the_openenv_classes_hold():
     pytest.importorskip("openenv", reason="the openenv extra is not installed")
     # In a process of its own, as a user runs it: the probes time a client in their own process,
     # and threads left by earlier tests in the test process would count against its round trips.
-    proc = subprocess.run([sys.executable, "-m", "trainer.cli", "redteam", "--only", *SERVER, *CLIENT],
+    proc = subprocess.run([sys.executable, "-m", "corrgrpo.trainer.cli", "redteam", "--only", *SERVER, *CLIENT],
                           cwd=ROOT, capture_output=True, text=True, timeout=280,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert max(map(len, proc.stdout.splitlines())) <= 100, proc.stdout

@@ -61,7 +61,7 @@ def test_an_unknown_regime_is_refused_with_the_known_ones():
 
 @pytest.mark.parametrize("regime", REGIME_NAMES)
 def test_the_shipped_config_of_each_regime_loads(regime):
-    from trainer.config import load_config
+    from corrgrpo.trainer.config import load_config
 
     cfg = load_config(f"arena/{regime}.yaml")
     assert cfg.env["id"] == "corrgrpo/Regime-v0" and cfg.env["regime"] == regime

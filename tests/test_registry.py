@@ -100,10 +100,10 @@ def test_entry_point_parsing():
 
 def test_every_kind_uses_it():
     import corrgrpo_envs
+    from corrgrpo.trainer.engines import ENGINES
+    from corrgrpo.trainer.estimators import ESTIMATORS
+    from corrgrpo.trainer.losses import LOSSES
     from corrgrpo_envs.registry import ENVS
-    from trainer.engines import ENGINES
-    from trainer.estimators import ESTIMATORS
-    from trainer.losses import LOSSES
 
     assert {"grpo", "corrgrpo"} <= set(ESTIMATORS.names())
     assert LOSSES.names() == ["cispo", "dapo", "dr_grpo", "grpo", "gspo", "sft"]
@@ -126,9 +126,9 @@ def test_the_server_engine_registers_without_being_imported():
     """engines.py no longer imports server_engine.py (an import circle) to register it."""
     code = textwrap.dedent("""
         import sys
-        from trainer.engines import ENGINES, RolloutEngine
+        from corrgrpo.trainer.engines import ENGINES, RolloutEngine
         assert "server" in ENGINES.names()
-        assert "trainer.server_engine" not in sys.modules
+        assert "corrgrpo.trainer.server_engine" not in sys.modules
         cls = ENGINES.get("server")
         assert cls.__name__ == "ServerEngine" and issubclass(cls, RolloutEngine)
     """)
@@ -137,10 +137,10 @@ def test_the_server_engine_registers_without_being_imported():
 
 
 def test_a_rollout_backend_may_be_an_entry_point():
-    from trainer.config import ConfigError, load_config
+    from corrgrpo.trainer.config import ConfigError, load_config
 
-    cfg = load_config(ROOT / "env_configs" / "quickstart.yaml", ["rollout.backend=trainer.engines:HFEngine"])
-    assert cfg.rollout.backend == "trainer.engines:HFEngine"
+    cfg = load_config(ROOT / "env_configs" / "quickstart.yaml", ["rollout.backend=corrgrpo.trainer.engines:HFEngine"])
+    assert cfg.rollout.backend == "corrgrpo.trainer.engines:HFEngine"
     with pytest.raises(ConfigError, match="rollout.backend: rollout backend entry point 'no_such_mod_qq:E'"):
         load_config(ROOT / "env_configs" / "quickstart.yaml", ["rollout.backend=no_such_mod_qq:E"])
 

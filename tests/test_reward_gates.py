@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import corrgrpo_envs
-from trainer.config import ConfigError, config_from_dict, load_config
-from trainer.estimators.reward_gates import RewardGates
-from trainer.rollout import informative_groups
-from trainer.trainer import Trainer
+from corrgrpo.trainer.config import ConfigError, config_from_dict, load_config
+from corrgrpo.trainer.estimators.reward_gates import RewardGates
+from corrgrpo.trainer.rollout import informative_groups
+from corrgrpo.trainer.trainer import Trainer
 
 TASK = "HumanEval/2"  # truncate_number: return number % 1.0
 ANSWERS = {

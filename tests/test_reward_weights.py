@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.config import ConfigError, config_from_dict, load_config
-from trainer.estimators.reward_weights import Schedule, resolve_reward_weights
-from trainer.trainer import Trainer
+from corrgrpo.trainer.config import ConfigError, config_from_dict, load_config
+from corrgrpo.trainer.estimators.reward_weights import Schedule, resolve_reward_weights
+from corrgrpo.trainer.trainer import Trainer
 
 NAMES = ["digits", "has_a", "word_with_a"]
 

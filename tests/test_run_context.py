@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from corrgrpo.trainer.run_context import lr_factor
 from tests.test_sft import write_chat_data
-from trainer.run_context import lr_factor
 
 OPTIM = {"lr": 0.01, "schedule": "linear", "warmup_steps": 2}
 STEPS = 5
@@ -26,10 +26,10 @@ def test_warmup_starts_at_lr_over_n_and_reaches_the_peak_at_step_n():
 
 def test_train_and_sft_follow_the_same_learning_rates(tmp_path):
     """The same ``optim`` section gives the same logged learning rate at every step in both commands."""
-    from trainer.config import config_from_dict
-    from trainer.run_logger import read_metrics
-    from trainer.sft import SFTTrainer, sft_config_from_dict
-    from trainer.trainer import Trainer
+    from corrgrpo.trainer.config import config_from_dict
+    from corrgrpo.trainer.run_logger import read_metrics
+    from corrgrpo.trainer.sft import SFTTrainer, sft_config_from_dict
+    from corrgrpo.trainer.trainer import Trainer
 
     torch.set_num_threads(1)
     run = {"steps": STEPS, "progress": False, "tensorboard": False, "save_final": False, "cpu": True}

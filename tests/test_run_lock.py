@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.cli import main
-from trainer.run_lock import LOCK_FILE, RunFolderInUse, lock_run_folder
+from corrgrpo.trainer.cli import main
+from corrgrpo.trainer.run_lock import LOCK_FILE, RunFolderInUse, lock_run_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = [
@@ -26,7 +26,7 @@ def _holder(folder: Path) -> subprocess.Popen:
     code = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from trainer.run_lock import lock_run_folder
+        from corrgrpo.trainer.run_lock import lock_run_folder
         lock = lock_run_folder({str(folder)!r})
         print("locked", flush=True)
         time.sleep(120)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.cli import main
-from trainer.run_logger import read_metrics
+from corrgrpo.trainer.cli import main
+from corrgrpo.trainer.run_logger import read_metrics
 
 LOGGERS = ("tensorboard", "wandb", "mlflow")
 TINY = [

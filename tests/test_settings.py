@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from corrgrpo_registry.settings import describe
-from trainer.config import (
+from corrgrpo.trainer.config import (
     MOVED_KEYS,
     Config,
     ConfigError,
@@ -20,7 +19,8 @@ from trainer.config import (
     RunConfig,
     load_config,
 )
-from trainer.sft import SFTConfig, load_sft_config
+from corrgrpo.trainer.sft import SFTConfig, load_sft_config
+from corrgrpo_registry.settings import describe
 
 
 def _write(tmp_path: Path, text: str, name: str = "cfg.yaml") -> Path:
@@ -59,7 +59,7 @@ def test_shared_sections_are_one_type():
 
 
 def test_loss_aggregation_modes_are_spelled_once():
-    from trainer.losses import AGG_MODES, LossConfig
+    from corrgrpo.trainer.losses import AGG_MODES, LossConfig
 
     hint = typing.get_type_hints(type(Config().algorithm))["loss_agg_mode"]
     assert typing.get_args(typing.get_args(hint)[0]) == AGG_MODES
@@ -113,7 +113,7 @@ def test_a_rule_between_settings_names_the_key_it_blames(tmp_path):
 
 @pytest.mark.parametrize("command, defaults", [("train", Config()), ("sft", SFTConfig())])
 def test_help_lists_every_setting_with_its_default(command, defaults, capsys):
-    from trainer.cli import main
+    from corrgrpo.trainer.cli import main
 
     with pytest.raises(SystemExit):
         main([command, "--help"])
@@ -135,8 +135,8 @@ def test_help_lists_every_setting_with_its_default(command, defaults, capsys):
 
 
 def test_env_id_rules_are_the_same_in_both_commands():
-    from trainer.config import config_from_dict
-    from trainer.sft import sft_config_from_dict
+    from corrgrpo.trainer.config import config_from_dict
+    from corrgrpo.trainer.sft import sft_config_from_dict
 
     cfg = config_from_dict({"env": {"id": ["openenv://a:1", "openenv://b:2"]}})
     assert cfg.env["id"] == "openenv://a:1,openenv://b:2"
@@ -160,13 +160,13 @@ def test_the_settings_live_on_the_ground_floor_with_the_standard_library_only():
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     with pytest.raises(ModuleNotFoundError):
-        __import__("trainer.settings")
+        __import__("corrgrpo.trainer.settings")
 
 
 def test_the_config_errors_are_one_config_error():
+    from corrgrpo.trainer.estimators.reward_weights import WeightSpecError
+    from corrgrpo.trainer.losses import LossConfigError
     from corrgrpo_registry.yaml_files import DuplicateKeyError
-    from trainer.estimators.reward_weights import WeightSpecError
-    from trainer.losses import LossConfigError
 
     for cls in (DuplicateKeyError, LossConfigError, WeightSpecError):
         assert issubclass(cls, ConfigError), cls

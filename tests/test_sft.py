@@ -12,19 +12,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.episode import Episode
-from tests.launched import run_bounded
-from tests.ports import free_port
-from trainer.config import ConfigError
-from trainer.policy_forward import PackedBatch, pack_episodes, pack_in_one_row, token_scores
-from trainer.run_logger import read_metrics
-from trainer.sft import (
+from corrgrpo.agents.episode import Episode
+from corrgrpo.trainer.config import ConfigError
+from corrgrpo.trainer.policy_forward import (
+    PackedBatch,
+    pack_episodes,
+    pack_in_one_row,
+    token_scores,
+)
+from corrgrpo.trainer.run_logger import read_metrics
+from corrgrpo.trainer.sft import (
     SFTTrainer,
     bucket_examples,
     load_sft_config,
     pack_examples,
     sft_config_from_dict,
 )
+from tests.launched import run_bounded
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ["red", "blue", "green", "cat", "dog", "sun", "moon", "tree", "river", "stone"]
@@ -87,7 +92,7 @@ def _ce(model, batch: PackedBatch) -> tuple[torch.Tensor, int, int]:
 
 
 def test_packed_loss_equals_separate_sequences():
-    from agents.models import load_model
+    from corrgrpo.agents.models import load_model
 
     model, _ = load_model("tiny")
     cpu = torch.device("cpu")
@@ -225,7 +230,7 @@ def test_lora_trains_only_adapters_and_saves_merged(tmp_path, data):
     pytest.importorskip("peft", reason="LoRA needs the 'peft' package (extra 'lora')")
     from transformers import AutoModelForCausalLM
 
-    from trainer.lora import merged_state_dict
+    from corrgrpo.trainer.lora import merged_state_dict
 
     cfg = _cfg(tmp_path, data, model={"name_or_path": "tiny", "lora": {"r": 8, "alpha": 16}},
                train={"steps": 6, "save_final": True})
@@ -327,7 +332,7 @@ def test_config_errors_name_the_key(tmp_path, data):
 
 
 def test_sft_command_then_train_from_its_model(tmp_path, capsys):
-    from trainer.cli import main
+    from corrgrpo.trainer.cli import main
 
     run = tmp_path / "sft"
     assert main(["sft", "env_configs/sft_toolcall_tiny.yaml", "env.num_tasks=12", "train.steps=2",
@@ -347,7 +352,7 @@ def test_sft_command_then_train_from_its_model(tmp_path, capsys):
 
 
 def test_sft_command_reports_bad_data(tmp_path, capsys):
-    from trainer.cli import main
+    from corrgrpo.trainer.cli import main
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"messages": [{"role": "user", "content": "a"}, {"role": "assistant"}]}\n')

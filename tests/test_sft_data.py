@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 import corrgrpo_envs
-from agents.chat import ChatRenderer
-from corrgrpo_envs import MultiRewardEnv, StepOutcome, Task, TaskSource
-from trainer.sft_data import (
+from corrgrpo.agents.chat import ChatRenderer
+from corrgrpo.trainer.sft_data import (
     SFTDataError,
     conversation_episode,
     env_examples,
@@ -18,6 +17,7 @@ from trainer.sft_data import (
     record_conversation,
     truncate,
 )
+from corrgrpo_envs import MultiRewardEnv, StepOutcome, Task, TaskSource
 
 WEATHER_TOOL = {
     "name": "get_weather",
@@ -63,7 +63,7 @@ corrgrpo_envs.register("test/Lookup-v0", LookupEnv)
 
 @pytest.fixture(scope="module")
 def tiny():
-    from agents.models import load_model
+    from corrgrpo.agents.models import load_model
 
     return load_model("tiny")
 
@@ -110,10 +110,10 @@ def test_env_source_multi_turn_masks_tool_output(tiny):
 
 def test_env_source_prompt_tokens_match_an_rl_rollout(tiny):
     """The first prompt of an SFT episode is token for token what HFPolicy conditions on."""
-    from agents.hf_policy import HFPolicy
-    from agents.policy import SamplingParams
+    from corrgrpo.agents.hf_policy import HFPolicy
+    from corrgrpo.agents.policy import SamplingParams
+    from corrgrpo.trainer.rollout import collect_groups
     from corrgrpo_envs.vector import GroupedVectorEnv
-    from trainer.rollout import collect_groups
 
     model, tok = tiny
     kwargs = {"dataset": "generated", "num_tasks": 12, "split": "train"}

@@ -7,8 +7,8 @@ import copy
 import pytest
 import torch
 
-from agents import HFPolicy, SamplingParams, load_model
-from agents.static_decode import static_decode, static_decode_unsupported
+from corrgrpo.agents import HFPolicy, SamplingParams, load_model
+from corrgrpo.agents.static_decode import static_decode, static_decode_unsupported
 
 
 @pytest.fixture(scope="module")

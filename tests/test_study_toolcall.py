@@ -28,15 +28,15 @@ def test_generator_options_keep_the_default_tasks_and_shorten_the_prompt():
 
 
 def test_study_setting_trains_one_step_and_evaluates(tmp_path):
-    from trainer.config import load_config
-    from trainer.trainer import Trainer
+    from corrgrpo.trainer.config import load_config
+    from corrgrpo.trainer.trainer import Trainer
 
     torch.set_num_threads(1)
     cfg = study_toolcall._rl_config()
     assert cfg.env["dataset_options"] == {"max_extra_tools": 1, "prompt": "short"}
     env = dict(cfg.env, num_tasks=24)
     init = study_toolcall.build_init_model(tmp_path / "init", env=env)
-    _, tokenizer = __import__("agents.models", fromlist=["load_model"]).load_model(str(init))
+    _, tokenizer = __import__("corrgrpo.agents.models", fromlist=["load_model"]).load_model(str(init))
     assert tokenizer.chat_template == study_toolcall.CHAT_TEMPLATE
     run = tmp_path / "run"
     cfg = load_config(

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.cli import main
-from trainer.pareto import hypervolume, interval, non_dominated, percent_of_range
-from trainer.sweep import SweepRun, Weighting, parse_weights, simplex, write_front
+from corrgrpo.trainer.cli import main
+from corrgrpo.trainer.pareto import hypervolume, interval, non_dominated, percent_of_range
+from corrgrpo.trainer.sweep import SweepRun, Weighting, parse_weights, simplex, write_front
 
 pytest.importorskip("pymoo", reason="pymoo (the dev extra) computes the hypervolume")
 

@@ -3,7 +3,7 @@ means over the seeds with a 95 % t-interval, in percent of each component's rang
 
 from __future__ import annotations
 
-from trainer.commands.sweep import front_table
+from corrgrpo.trainer.commands.sweep import front_table
 
 NAMES = ["digits", "has_a", "word_with_a"]
 

@@ -7,14 +7,14 @@ import os
 import pytest
 import torch
 
-from tests.waiting import wait_until
-from trainer.threads import (
+from corrgrpo.trainer.threads import (
     THREAD_ENV_VARS,
     auto_torch_threads,
     configure_threads,
     running_elsewhere,
     worker_env,
 )
+from tests.waiting import wait_until
 
 
 @pytest.mark.parametrize(
@@ -82,7 +82,7 @@ def test_configure_threads_sets_torch_and_worker_env(monkeypatch):
 
 
 def test_omp_num_threads_is_the_users_choice_unless_the_config_gives_one(monkeypatch):
-    from trainer.threads import choose_threads, threads_from_environment
+    from corrgrpo.trainer.threads import choose_threads, threads_from_environment
 
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert threads_from_environment() == 3
@@ -90,7 +90,7 @@ def test_omp_num_threads_is_the_users_choice_unless_the_config_gives_one(monkeyp
     assert choose_threads(2) == (2, "config")
     monkeypatch.setenv("OMP_NUM_THREADS", "4,2")  # OpenMP's nested form: the outer count
     assert choose_threads(None) == (4, "OMP_NUM_THREADS")
-    monkeypatch.setattr("trainer.threads.running_elsewhere", lambda: 0)  # the same load for both calls
+    monkeypatch.setattr("corrgrpo.trainer.threads.running_elsewhere", lambda: 0)  # the same load for both calls
     for unusable in ("", "0", "many"):
         monkeypatch.setenv("OMP_NUM_THREADS", unusable)
         assert choose_threads(None) == (auto_torch_threads(), "automatic"), unusable
@@ -99,7 +99,7 @@ def test_omp_num_threads_is_the_users_choice_unless_the_config_gives_one(monkeyp
 
 
 def test_the_variable_exported_for_worker_processes_is_not_read_back_as_the_users(monkeypatch):
-    from trainer.threads import choose_threads
+    from corrgrpo.trainer.threads import choose_threads
 
     before = torch.get_num_threads()
     monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in THREAD_ENV_VARS})

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainer.cli import main
-from trainer.config import ConfigError, load_config
+from corrgrpo.trainer.cli import main
+from corrgrpo.trainer.config import ConfigError, load_config
 
 TOY = [
     "env.num_tasks=8", "model.name_or_path=tiny", "algorithm.group_size=2",
@@ -58,7 +58,7 @@ def test_a_bad_tracker_is_named_before_anything_loads(value, message):
 
 
 def test_a_tracker_that_is_not_installed_is_one_line_naming_its_install_and_the_run_goes_on(tmp_path, capsys):
-    from trainer.run_context import _available_trackers, missing_trackers_line
+    from corrgrpo.trainer.run_context import _available_trackers, missing_trackers_line
 
     if importlib.util.find_spec("swanlab") is not None:
         pytest.skip("swanlab is installed here")
@@ -75,7 +75,7 @@ def test_a_tracker_that_is_not_installed_is_one_line_naming_its_install_and_the_
 
 
 def test_a_tracker_that_fails_to_start_is_one_error_line(tmp_path, monkeypatch, capsys):
-    from trainer.run_logger import TrackerStartError
+    from corrgrpo.trainer.run_logger import TrackerStartError
 
     class StoreRefused(Exception):
         pass

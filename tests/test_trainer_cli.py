@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.cli import main
+from corrgrpo.trainer.cli import main
 
 TOY = [
     "env.num_tasks=16", "model.name_or_path=tiny", "algorithm.group_size=4",
@@ -82,7 +82,7 @@ def test_train_uses_estimator_and_loss_entry_points(tmp_path, monkeypatch):
     import textwrap
 
     (tmp_path / "my_rl_plugins.py").write_text(textwrap.dedent("""
-        from trainer.losses import LossInputs, LossOutput
+        from corrgrpo.trainer.losses import LossInputs, LossOutput
 
         CALLS = {"estimator": 0, "loss": 0}
 
@@ -106,12 +106,12 @@ def test_train_uses_estimator_and_loss_entry_points(tmp_path, monkeypatch):
 
 
 def test_unknown_env_id_is_one_error_line_before_any_model_loads(capsys, monkeypatch):
-    import trainer.trainer
+    import corrgrpo.trainer.trainer as trainer_module
 
     def no_trainer(*a, **k):
         raise AssertionError("the trainer was built")
 
-    monkeypatch.setattr(trainer.trainer, "Trainer", no_trainer)
+    monkeypatch.setattr(trainer_module, "Trainer", no_trainer)
     assert main(["train", "env_configs/quickstart.yaml", "env.id=corrgrpo/NoSuch-v0"]) == 2
     err = capsys.readouterr().err
     # the error names the override that set the id, like every other key's error
@@ -131,7 +131,7 @@ def test_eval_missing_checkpoint_is_one_error_line(capsys):
 def test_progress_line_keeps_bar_and_step_count_in_80_columns():
     from rich.console import Console
 
-    from trainer.progress import TrainProgress
+    from corrgrpo.trainer.progress import TrainProgress
 
     progress = TrainProgress(10)
     progress.update(3, {"reward/weighted/mean": 2.0, "reward/has_a/mean": 0.9, "reward/word_with_a/mean": 0.9,
@@ -145,14 +145,14 @@ def test_progress_line_keeps_bar_and_step_count_in_80_columns():
 
 
 def test_rollout_server_failure_ends_in_one_error_line(capsys, monkeypatch):
-    import trainer.trainer
-    from trainer.server_engine import RolloutServerError
+    import corrgrpo.trainer.trainer as trainer_module
+    from corrgrpo.trainer.server_engine import RolloutServerError
 
     class DownTrainer:
         def __init__(self, cfg):
             raise RolloutServerError("rollout server http://127.0.0.1:9: GET /v1/models failed: ConnectError", "x")
 
-    monkeypatch.setattr(trainer.trainer, "Trainer", DownTrainer)
+    monkeypatch.setattr(trainer_module, "Trainer", DownTrainer)
     assert main(["train", "env_configs/quickstart.yaml"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: rollout server http://127.0.0.1:9") and "Traceback" not in err
@@ -167,7 +167,7 @@ def test_the_command_destroys_the_process_group_a_launched_run_left(tmp_path, mo
         assert dist.is_initialized()
         return 0
 
-    import trainer.commands.advantages as command
+    import corrgrpo.trainer.commands.advantages as command
 
     monkeypatch.setattr(command, "run", run_in_a_group)
     assert main(["advantages"]) == 0

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.config import ConfigError, apply_overrides, config_from_dict, load_config
-from trainer.rollout import overlong_penalty
-from trainer.sampler import TaskSampler
+from corrgrpo.trainer.config import ConfigError, apply_overrides, config_from_dict, load_config
+from corrgrpo.trainer.rollout import overlong_penalty
+from corrgrpo.trainer.sampler import TaskSampler
 
 
 def test_quickstart_loads_with_overrides():
@@ -171,7 +171,7 @@ def test_every_loss_option_is_settable_from_yaml():
         "algorithm.loss=gspo", "algorithm.loss_options={clip_low: 0.001, clip_high: 0.002}",
         "algorithm.loss_agg_mode=token-mean", "algorithm.tis_cap=2",
     ])
-    from trainer.setup import build_loss
+    from corrgrpo.trainer.setup import build_loss
 
     _, loss_cfg = build_loss(cfg)
     assert (loss_cfg.clip_low, loss_cfg.clip_high, loss_cfg.agg_mode) == (0.001, 0.002, "token-mean")
@@ -186,7 +186,7 @@ def test_env_entry_point_gets_the_trainers_split_and_turn_limit(tmp_path, monkey
         "class TurnEnv:\n    def __init__(self, split='all', max_turns=1, size=2):\n        pass\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    from trainer.setup import env_kwargs
+    from corrgrpo.trainer.setup import env_kwargs
 
     cfg = config_from_dict({"env": {"id": "turn_env_mod:TurnEnv", "size": 3},
                             "rollout": {"max_turns": 4}, "train": {"split": "eval"}})
@@ -197,9 +197,9 @@ def test_env_entry_point_gets_the_trainers_split_and_turn_limit(tmp_path, monkey
 
 
 def test_overlong_budget_is_per_turn():
-    from agents import Episode
-    from agents.policy import Action
-    from trainer.rollout import longest_turn
+    from corrgrpo.agents import Episode
+    from corrgrpo.agents.policy import Action
+    from corrgrpo.trainer.rollout import longest_turn
 
     ep = Episode()
     ep.append_context([1, 2])

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer import estimators as advantages
-from trainer import losses
-from trainer.config import load_config
+from corrgrpo.trainer import estimators as advantages
+from corrgrpo.trainer import losses
+from corrgrpo.trainer.config import load_config
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "trainer.md"
 
@@ -38,7 +38,7 @@ def test_registered_estimator_and_loss_from_the_yaml(tmp_path, registries):
     path = tmp_path / "custom.yaml"
     path.write_text(yaml_block)
     cfg = load_config(path)
-    from trainer.setup import build_loss
+    from corrgrpo.trainer.setup import build_loss
 
     fn, loss_cfg = build_loss(cfg)
     assert loss_cfg.agg_mode == "seq-mean-token-mean"

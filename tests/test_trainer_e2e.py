@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
+from corrgrpo.trainer.config import config_from_dict
+from corrgrpo.trainer.losses import available_losses
+from corrgrpo.trainer.run_logger import read_metrics
+from corrgrpo.trainer.trainer import Trainer
 from tests.launched import run_bounded
 from tests.ports import free_port
-from trainer.config import config_from_dict
-from trainer.losses import available_losses
-from trainer.run_logger import read_metrics
-from trainer.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 

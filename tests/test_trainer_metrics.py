@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config import config_from_dict
-from trainer.trainer import Trainer
+from corrgrpo.trainer.config import config_from_dict
+from corrgrpo.trainer.trainer import Trainer
 
 METRICS = ["loss/clip_fraction", "loss/ratio_mean", "loss/ratio_max", "loss/kl", "entropy",
            "mismatch/abs_mean", "mismatch/max", "grad_norm"]
@@ -67,12 +67,12 @@ def test_rl_and_sft_updates_log_the_same_gradient_norm(max_grad_norm):
 
     import torch
 
-    from agents import Episode, load_model
-    from trainer.config import OptimConfig
-    from trainer.fsdp import build_accelerator
-    from trainer.losses import default_config, get_loss
-    from trainer.policy_forward import pack_episodes
-    from trainer.update import PolicyUpdater
+    from corrgrpo.agents import Episode, load_model
+    from corrgrpo.trainer.config import OptimConfig
+    from corrgrpo.trainer.fsdp import build_accelerator
+    from corrgrpo.trainer.losses import default_config, get_loss
+    from corrgrpo.trainer.policy_forward import pack_episodes
+    from corrgrpo.trainer.update import PolicyUpdater
 
     torch.manual_seed(0)
     base, tok = load_model("tiny")

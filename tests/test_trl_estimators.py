@@ -21,12 +21,9 @@ import numpy as np
 import pytest
 import torch
 
-from tests.launched import run_bounded
-from tests.ports import free_port
-from tests.trl_venv import ROOT, require_trl_venv, run_in_trl_venv, trl_venv_env
-from trainer.estimators import compute_advantages
-from trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
-from trainer.integrations.trl import (
+from corrgrpo.trainer.estimators import compute_advantages
+from corrgrpo.trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
+from corrgrpo.trainer.integrations.trl import (
     METRIC_PREFIX,
     CorrGRPOMixin,
     bounds_of,
@@ -34,6 +31,9 @@ from trainer.integrations.trl import (
     group_ids_of,
     trained_tokens,
 )
+from tests.launched import run_bounded
+from tests.ports import free_port
+from tests.trl_venv import ROOT, require_trl_venv, run_in_trl_venv, trl_venv_env
 
 DOCS = ROOT / "docs" / "trl.md"
 README = ROOT / "README.md"
@@ -105,7 +105,7 @@ def _rewards(seed: int = 0, groups: int = 4, size: int = 4) -> np.ndarray:
 
 
 def test_importing_the_integration_imports_no_trl():
-    code = ("import sys, trainer.integrations.trl, trainer.advice, trainer.cli;"
+    code = ("import sys, trainer.integrations.trl, trainer.advice, corrgrpo.trainer.cli;"
             "assert 'trl' not in sys.modules and 'transformers' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
@@ -289,7 +289,7 @@ def _trl_runs(workdir: str) -> dict:
     """Runs in the TRL venv: each configuration's recorded batches and log history."""
     import os
 
-    import trainer.integrations.trl as integration
+    import corrgrpo.trainer.integrations.trl as integration
     from tests.test_trl_adapter import _tiny_model_and_tokenizer
 
     torch.set_num_threads(1)
@@ -546,8 +546,8 @@ def test_the_readme_example_builds_the_trainer(trl_runs):
 @pytest.mark.slow
 @pytest.mark.timeout(700)
 def test_advise_reads_the_trl_run_back(trl_runs, tmp_path):
-    from trainer.advice import summarise
-    from trainer.integrations.run_logs import read_run
+    from corrgrpo.trainer.advice import summarise
+    from corrgrpo.trainer.integrations.run_logs import read_run
 
     history = trl_runs["docs"]["history"]
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))

@@ -23,16 +23,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corrgrpo_envs.toy.rewards import score_text
-from trainer.estimators import available_estimators, compute_advantages, register_estimator
-from trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
-from trainer.integrations.verl import (
+from corrgrpo.trainer.estimators import available_estimators, compute_advantages, register_estimator
+from corrgrpo.trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
+from corrgrpo.trainer.integrations.verl import (
     RESERVED_KEYS,
     compute_score,
     corrgrpo_metrics,
     dataset_rows,
     verl_name,
 )
+from corrgrpo_envs.toy.rewards import score_text
 
 ROOT = Path(__file__).resolve().parents[1]
 VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
@@ -53,7 +53,7 @@ def test_importing_the_integration_without_verl_installed():
     if HAS_VERL:
         pytest.skip("verl is installed here")
     code = (
-        "import sys, trainer, trainer.integrations.verl as v;"
+        "import sys, trainer, corrgrpo.trainer.integrations.verl as v;"
         "assert 'verl' not in sys.modules, 'verl imported';"
         "print(v.compute_score('corrgrpo/ScaleDominance-v0', 'ab 12', None, {'task_id': 'prompt-0000'}))"
     )
@@ -278,7 +278,7 @@ def test_verl_compute_advantage_equals_ours(estimator, options):
     from verl.trainer.config import AlgoConfig
     from verl.trainer.ppo import core_algos, ray_trainer
 
-    from trainer.integrations.verl import register
+    from corrgrpo.trainer.integrations.verl import register
 
     name = register()[estimator]
     assert name == (f"corrgrpo_{estimator}" if estimator in ("grpo", "gdpo", "rloo") else estimator)
@@ -354,7 +354,7 @@ def test_verl_metrics_of_the_step_carry_our_diagnostics():
     import torch
     from verl.trainer.ppo import ray_trainer
 
-    from trainer.integrations.verl import register
+    from corrgrpo.trainer.integrations.verl import register
 
     register()
     rewards, group_ids = _rewards(seed=3)
@@ -417,7 +417,7 @@ def test_verl_trainer_entry_point_imports():
 def test_verl_reward_terms_beyond_the_components_and_disagreeing_weights_stop_the_step():
     from verl.trainer.ppo import ray_trainer
 
-    from trainer.integrations.verl import register
+    from corrgrpo.trainer.integrations.verl import register
 
     register()
     rewards, group_ids = _rewards(seed=5)
@@ -456,7 +456,7 @@ def test_verl_reward_terms_beyond_the_components_and_disagreeing_weights_stop_th
 def test_verl_plugin_options_and_refusals():
     from verl.trainer.ppo import core_algos, ray_trainer
 
-    from trainer.integrations.verl import VerlEstimator, register
+    from corrgrpo.trainer.integrations.verl import VerlEstimator, register
 
     # importing verl alone registers ours (this project's verl.plugins entry point)
     code = (
@@ -481,7 +481,7 @@ def test_verl_plugin_options_and_refusals():
     # a plug-in of our registry, registered after the import, and an option from the config
     @register_estimator("verl_test_scaled_corrgrpo", override=True)
     def scaled(groups, *, factor: float = 1.0):
-        from trainer.estimators import corrgrpo_advantages
+        from corrgrpo.trainer.estimators import corrgrpo_advantages
 
         return factor * corrgrpo_advantages(groups)
 

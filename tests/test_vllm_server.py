@@ -26,7 +26,7 @@ import pytest
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-from agents.vllm_policy import vllm_available  # noqa: E402
+from corrgrpo.agents.vllm_policy import vllm_available  # noqa: E402
 
 AVAILABLE, WHY = vllm_available()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
@@ -34,14 +34,14 @@ pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 import httpx  # noqa: E402
 import torch  # noqa: E402
 
-from agents import Episode, SamplingParams, load_model  # noqa: E402
+from corrgrpo.agents import Episode, SamplingParams, load_model  # noqa: E402
+from corrgrpo.trainer.checkpoint import latest_checkpoint  # noqa: E402
+from corrgrpo.trainer.config import config_from_dict  # noqa: E402
+from corrgrpo.trainer.policy_forward import pack_episodes, token_logprobs  # noqa: E402
+from corrgrpo.trainer.run_logger import read_metrics  # noqa: E402
+from corrgrpo.trainer.server_engine import RolloutServerError  # noqa: E402
+from corrgrpo.trainer.trainer import Trainer  # noqa: E402
 from tests.ports import free_port  # noqa: E402
-from trainer.checkpoint import latest_checkpoint  # noqa: E402
-from trainer.config import config_from_dict  # noqa: E402
-from trainer.policy_forward import pack_episodes, token_logprobs  # noqa: E402
-from trainer.run_logger import read_metrics  # noqa: E402
-from trainer.server_engine import RolloutServerError  # noqa: E402
-from trainer.trainer import Trainer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -227,7 +227,7 @@ def test_dead_server_is_waited_for_and_gets_the_current_weights(server, relay, t
     httpx.post(server.rsplit("/v1", 1)[0] + "/update_weight_version", json={"new_version": "restarted"})
     relay.mode = "close"
     threading.Timer(2.0, lambda: setattr(relay, "mode", "forward")).start()
-    with caplog.at_level(logging.WARNING, logger="trainer.server_engine"):
+    with caplog.at_level(logging.WARNING, logger="corrgrpo.trainer.server_engine"):
         trainer.train()
     messages = " ".join(r.getMessage() for r in caplog.records)
     assert f"rollout server {relay.url.rsplit('/v1', 1)[0]} failed" in messages and "pushing version" in messages
@@ -239,7 +239,7 @@ def test_dead_server_is_waited_for_and_gets_the_current_weights(server, relay, t
     # a push that finds the server down waits for it and pushes again
     relay.mode = "close"
     threading.Timer(2.0, lambda: setattr(relay, "mode", "forward")).start()
-    with caplog.at_level(logging.WARNING, logger="trainer.server_engine"):
+    with caplog.at_level(logging.WARNING, logger="corrgrpo.trainer.server_engine"):
         trainer.engine.sync_weights(trainer.unwrapped)
     assert "pushing weights to rollout server" in caplog.text
     assert trainer.engine.served_version(server) == trainer.engine.version_tag

@@ -16,7 +16,7 @@ import pytest
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-from agents.vllm_policy import vllm_available  # noqa: E402
+from corrgrpo.agents.vllm_policy import vllm_available  # noqa: E402
 
 AVAILABLE, WHY = vllm_available()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
@@ -24,9 +24,9 @@ pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 import torch  # noqa: E402
 from engine_checks import assert_engine_samples_trainer_weights  # noqa: E402
 
-from trainer.config import config_from_dict  # noqa: E402
-from trainer.run_logger import read_metrics  # noqa: E402
-from trainer.trainer import Trainer  # noqa: E402
+from corrgrpo.trainer.config import config_from_dict  # noqa: E402
+from corrgrpo.trainer.run_logger import read_metrics  # noqa: E402
+from corrgrpo.trainer.trainer import Trainer  # noqa: E402
 
 # an explicit KV-cache size: the CPU backend otherwise budgets a share of host memory minus
 # what this process already holds, which other engines of the same test session can exhaust
@@ -64,9 +64,9 @@ def test_vllm_rollouts_and_weight_sync(tmp_path):
 _OVERLAP_SCRIPT = """
 import sys
 from engine_checks import assert_engine_samples_trainer_weights  # the tests folder is on PYTHONPATH
-from trainer.config import config_from_dict
-from trainer.run_logger import read_metrics
-from trainer.trainer import Trainer
+from corrgrpo.trainer.config import config_from_dict
+from corrgrpo.trainer.run_logger import read_metrics
+from corrgrpo.trainer.trainer import Trainer
 
 out = sys.argv[1]
 engine = {"max_model_len": 1024, "enforce_eager": True, "kv_cache_memory_bytes": 256 * 2**20}

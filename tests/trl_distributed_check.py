@@ -15,11 +15,11 @@ from pathlib import Path
 import torch
 from trl import GRPOConfig
 
+from corrgrpo.trainer.cli import close_process_group
+from corrgrpo.trainer.integrations.trl import CorrGRPOTrainer, trained_tokens
 from corrgrpo_envs.integrations.trl import for_trl
 from tests.launched import arm_hang_report
 from tests.test_trl_adapter import _tiny_model_and_tokenizer
-from trainer.cli import close_process_group
-from trainer.integrations.trl import CorrGRPOTrainer, trained_tokens
 
 
 class Recording(CorrGRPOTrainer):

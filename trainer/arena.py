@@ -11,10 +11,10 @@ held-out split (sampling as in training, or greedily), and writes one folder::
     OUT/pareto.png                      each regime's rewards, one point per estimator
 
 Runs go ``parallel`` at a time in worker processes and resume after an interruption
-(:mod:`trainer.run_queue`). Past one machine the arena hands its runs to a scheduler instead:
+(:mod:`corrgrpo.trainer.run_queue`). Past one machine the arena hands its runs to a scheduler instead:
 ``--commands`` prints one command line per unfinished run (each runs exactly that run, e.g. as a
 Slurm array task or an ``accelerate launch`` job), and ``--report`` merges the run folders into
-the report once they are done. The analysis is :mod:`trainer.arena_report`.
+the report once they are done. The analysis is :mod:`corrgrpo.trainer.arena_report`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from corrgrpo.trainer.config import load_config
+from corrgrpo.trainer.run_queue import QueuedRun, run_all, run_one, threads_per_run
 from corrgrpo_envs.registry import resolve_config_path
-from trainer.config import load_config
-from trainer.run_queue import QueuedRun, run_all, run_one, threads_per_run
 
 __all__ = ["ArenaPlan", "BASELINE", "plan_arena", "regime_configs", "run_arena", "scheduler_commands"]
 
@@ -95,7 +95,7 @@ def plan_arena(items: Sequence[str], overrides: Sequence[str], estimators: Seque
                seeds: int, out: str | Path, eval_limit: int | None = None,
                keep_checkpoints: bool = False, eval_sample: bool = True) -> ArenaPlan:
     """Check every regime x estimator config now (a bad one fails before any run) and plan."""
-    from trainer.estimators import available_estimators
+    from corrgrpo.trainer.estimators import available_estimators
 
     regimes = regime_configs(items)
     names = list(estimators) if estimators else available_estimators()

@@ -1,5 +1,5 @@
 """The arena's report: per regime, each estimator's rewards, held-out score, paired test against
-GRPO, tier and cost, from the run folders :mod:`trainer.arena` wrote.
+GRPO, tier and cost, from the run folders :mod:`corrgrpo.trainer.arena` wrote.
 
 Measures (the same for every regime):
 
@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from trainer.arena import BASELINE, ArenaPlan
-from trainer.paired_stats import holm, interval, paired_difference, tiers
-from trainer.pareto import non_dominated
+from corrgrpo.trainer.arena import BASELINE, ArenaPlan
+from corrgrpo.trainer.paired_stats import holm, interval, paired_difference, tiers
+from corrgrpo.trainer.pareto import non_dominated
 
 __all__ = ["LAST", "analyze", "check_advice", "estimator_seconds", "report_markdown", "versions", "write_report"]
 
@@ -72,8 +72,8 @@ def _run_numbers(folder: Path, names: list[str], low: np.ndarray, high: np.ndarr
 def _bounds(config: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
     """The regime's reward names and ranges, from its env."""
     import corrgrpo_envs
-    from trainer.config import load_config
-    from trainer.setup import env_kwargs
+    from corrgrpo.trainer.config import load_config
+    from corrgrpo.trainer.setup import env_kwargs
 
     env = corrgrpo_envs.make(load_config(config).env["id"], **env_kwargs(load_config(config), "eval"))
     try:
@@ -87,7 +87,7 @@ def estimator_seconds(estimator: str, shape: tuple[int, int], group_size: int, r
     """Median seconds of one ``compute_advantages`` call on random rewards of ``shape``."""
     import torch
 
-    from trainer.estimators import compute_advantages
+    from corrgrpo.trainer.estimators import compute_advantages
 
     generator = torch.Generator().manual_seed(0)
     rewards = torch.rand(shape, generator=generator, dtype=torch.float64)
@@ -107,7 +107,7 @@ def _mean_ci(values: list[float]) -> dict[str, Any]:
 
 def analyze(plan: ArenaPlan) -> dict[str, Any]:
     """Every number of the report, from the finished runs of ``plan``."""
-    from trainer.config import load_config
+    from corrgrpo.trainer.config import load_config
 
     result: dict[str, Any] = {"regimes": {}}
     tests: dict[str, float] = {}
@@ -162,7 +162,7 @@ def check_advice(plan: ArenaPlan, result: dict[str, Any]) -> dict[str, Any]:
     *hit* where the 95 % interval lies above 0, a *miss* where it lies below, *unresolved* where
     it contains 0. The hit rate is hits over all checked recommendations.
     """
-    from trainer.advice.findings import advise
+    from corrgrpo.trainer.advice.findings import advise
 
     checks = []
     for regime, entry in result["regimes"].items():

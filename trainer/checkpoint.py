@@ -43,7 +43,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.fsdp import full_state_dict, is_sharded, load_sharded_state, save_sharded_state
+from corrgrpo.trainer.fsdp import (
+    full_state_dict,
+    is_sharded,
+    load_sharded_state,
+    save_sharded_state,
+)
 
 __all__ = [
     "save_checkpoint",

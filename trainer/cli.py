@@ -17,16 +17,16 @@ import traceback
 
 #: sub-command name -> (module path, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "advantages": ("trainer.commands.advantages", "advantage estimators: demo and inspection"),
+    "advantages": ("corrgrpo.trainer.commands.advantages", "advantage estimators: demo and inspection"),
     "envs": ("corrgrpo_envs.commands", "list registered environments, check one against the contract"),
     "serve": ("corrgrpo_envs.serve", "serve an env as an OpenEnv server (extra: openenv)"),
-    "train": ("trainer.commands.train", "train a policy from a YAML config"),
-    "sft": ("trainer.commands.sft", "supervised fine-tuning (a warm start for train) from a YAML config"),
-    "eval": ("trainer.commands.evaluate", "evaluate a policy on a domain's metrics"),
-    "plot": ("trainer.commands.plot", "plot one or more training runs"),
-    "advise": ("trainer.commands.advise", "known conditions in runs' diagnostics and what to try"),
-    "sweep": ("trainer.commands.sweep", "a grid of reward weightings x seeds x estimators, and its Pareto front"),
-    "arena": ("trainer.commands.arena", "every estimator x seed on the same regimes: tables, paired tests, tiers, costs"),
+    "train": ("corrgrpo.trainer.commands.train", "train a policy from a YAML config"),
+    "sft": ("corrgrpo.trainer.commands.sft", "supervised fine-tuning (a warm start for train) from a YAML config"),
+    "eval": ("corrgrpo.trainer.commands.evaluate", "evaluate a policy on a domain's metrics"),
+    "plot": ("corrgrpo.trainer.commands.plot", "plot one or more training runs"),
+    "advise": ("corrgrpo.trainer.commands.advise", "known conditions in runs' diagnostics and what to try"),
+    "sweep": ("corrgrpo.trainer.commands.sweep", "a grid of reward weightings x seeds x estimators, and its Pareto front"),
+    "arena": ("corrgrpo.trainer.commands.arena", "every estimator x seed on the same regimes: tables, paired tests, tiers, costs"),
     "redteam": ("corrgrpo_envs.redteam.command", "every known attack (sandbox, judge, paste, OpenEnv) against this machine"),
     "code": ("corrgrpo_envs.code.commands", "code domain utilities (reference runtimes)"),
 }

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from corrgrpo.trainer.lora import LoraConfig
+from corrgrpo.trainer.loss_aggregation import AGG_MODES
 from corrgrpo_registry import import_error_hint
 from corrgrpo_registry.settings import (
     ConfigError,
@@ -34,8 +36,6 @@ from corrgrpo_registry.settings import (
     validate,
 )
 from corrgrpo_registry.yaml_files import load_yaml_text, load_yaml_with_lines
-from trainer.lora import LoraConfig
-from trainer.loss_aggregation import AGG_MODES
 
 __all__ = [
     "Config",
@@ -95,7 +95,7 @@ class ModelConfig:
 class AlgorithmConfig:
     estimator: str = "corrgrpo"
     """Advantage estimator: ``corrgrpo``, ``grpo``, ``dr_grpo``, ``gdpo``, ``mo_grpo``, ``gdpo_corr``,
-    ``rloo``, ``reinforce_pp``, one registered with ``trainer.estimators.register_estimator``, or
+    ``rloo``, ``reinforce_pp``, one registered with ``corrgrpo.trainer.estimators.register_estimator``, or
     an entry point ``package.module:function``."""
     estimator_options: dict[str, Any] = field(default_factory=dict)
     """Keyword options of the estimator (e.g. ``{scale: batch}`` for grpo, ``{eps: 1e-6}``)."""
@@ -122,11 +122,11 @@ class AlgorithmConfig:
     reward_weights: list[Any] | dict[str, Any] | None = None
     """Weights of the reward components (default: the environment's): a list with one entry per
     component or a mapping by component name; an entry is a number or a piecewise-linear
-    schedule over steps ``{values: [[0, 0.5], [100, 1.5]]}`` (``trainer.estimators.reward_weights``)."""
+    schedule over steps ``{values: [[0, 0.5], [100, 1.5]]}`` (``corrgrpo.trainer.estimators.reward_weights``)."""
     reward_gates: dict[str, Any] = field(default_factory=dict)
     """Gated components: ``{correct: [format, compile]}`` scores ``correct`` at its lower bound
     unless every gate is at its upper bound; ``{correct: {format: 1.0, compile: 0.5}}`` gives
-    each gate a threshold (``trainer.estimators.reward_gates``). Applied to the raw reward vectors."""
+    each gate a threshold (``corrgrpo.trainer.estimators.reward_gates``). Applied to the raw reward vectors."""
     kl_beta: float = num_field(0.0, _NON_NEGATIVE)
     """Weight of the k3 KL penalty against a frozen copy of the initial model (0: no reference)."""
     dynamic_sampling: bool | None = None
@@ -195,7 +195,7 @@ class RolloutConfig:
     backend: str = "hf"
     """Rollout engine: ``hf`` (transformers ``generate`` on the training model), ``vllm``
     (a colocated vLLM engine) or ``server`` (``vllm serve`` processes, see ``rollout.server``);
-    others register in ``trainer.engines``."""
+    others register in ``corrgrpo.trainer.engines``."""
     vllm_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of ``vllm.LLM`` for the ``vllm`` backend (``gpu_memory_utilization``,
     ``max_model_len``, ``enforce_eager``, ``enable_sleep_mode``, ...)."""
@@ -221,9 +221,9 @@ class RolloutConfig:
     BENCHMARKS.md). ``false``: one prefill per row."""
     torch_threads: int | None = num_field(None, _POSITIVE_INT)
     """Torch threads per process (default: this process's share of the cores minus its
-    reward worker processes, at least 1; see ``trainer.threads``)."""
+    reward worker processes, at least 1; see ``corrgrpo.trainer.threads``)."""
     overlap: bool = False
-    """Generate step t+1's rollouts while step t updates (``trainer.overlap``): a worker thread
+    """Generate step t+1's rollouts while step t updates (``corrgrpo.trainer.overlap``): a worker thread
     samples from a copy of the policy synced after each update, so rollouts are one step
     stale; needs ``algorithm.tis_cap`` (the importance correction against the sampler)."""
 
@@ -452,8 +452,8 @@ def resolve_env(env_id: Any) -> Any:
 
 def _check_rewards(cfg: Config) -> None:
     """Reward weights and gates are well formed (their names are checked against the env later)."""
-    from trainer.estimators.reward_gates import check_reward_gates
-    from trainer.estimators.reward_weights import check_reward_weights
+    from corrgrpo.trainer.estimators.reward_gates import check_reward_gates
+    from corrgrpo.trainer.estimators.reward_weights import check_reward_weights
 
     for key, check, value in (("algorithm.reward_weights", check_reward_weights, cfg.algorithm.reward_weights),
                               ("algorithm.reward_gates", check_reward_gates, cfg.algorithm.reward_gates)):
@@ -465,12 +465,12 @@ def _check_rewards(cfg: Config) -> None:
 
 def _check_plugins(cfg: Config) -> None:
     """The estimator, loss and rollout engine exist and take the given options."""
-    from trainer.engines import available_engines
-    from trainer.losses import LossConfigError, resolve_loss_config
+    from corrgrpo.trainer.engines import available_engines
+    from corrgrpo.trainer.losses import LossConfigError, resolve_loss_config
 
     a = cfg.algorithm
     try:
-        from trainer.estimators import check_estimator
+        from corrgrpo.trainer.estimators import check_estimator
 
         check_estimator(a.estimator, a.estimator_options)
     except ValueError as exc:
@@ -489,7 +489,7 @@ def _check_plugins(cfg: Config) -> None:
     except ValueError as exc:
         raise ConfigError(f"algorithm.loss / loss_options: {exc}", "algorithm.loss") from None
     if ":" in cfg.rollout.backend:  # an entry point package.module:Class: it must load
-        from trainer.engines import ENGINES
+        from corrgrpo.trainer.engines import ENGINES
 
         try:
             ENGINES.get(cfg.rollout.backend)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.policy import Action, SamplingParams
+from corrgrpo.agents.policy import Action, SamplingParams
 from corrgrpo_registry import Registry
 
 __all__ = [
@@ -34,7 +34,7 @@ class RolloutEngine(ABC):
     Args:
         model: the (unwrapped) training model.
         tokenizer: its tokenizer.
-        cfg: the run's :class:`~trainer.config.Config` (``rollout`` and ``model`` sections).
+        cfg: the run's :class:`~corrgrpo.trainer.config.Config` (``rollout`` and ``model`` sections).
     """
 
     def __init__(self, model: Any, tokenizer: Any, cfg: Any):
@@ -98,11 +98,11 @@ class HFEngine(RolloutEngine):
 
     def __init__(self, model: Any, tokenizer: Any, cfg: Any):
         super().__init__(model, tokenizer, cfg)
-        from agents.hf_policy import HFPolicy
+        from corrgrpo.agents.hf_policy import HFPolicy
 
         self._copy = None
         if getattr(cfg.rollout, "overlap", False):
-            from trainer.fsdp import is_sharded
+            from corrgrpo.trainer.fsdp import is_sharded
 
             if is_sharded(model):
                 raise ValueError("rollout.overlap=true with rollout.backend=hf needs an unsharded model (no FSDP)")
@@ -128,8 +128,8 @@ class VLLMEngine(RolloutEngine):
 
     def __init__(self, model: Any, tokenizer: Any, cfg: Any):
         super().__init__(model, tokenizer, cfg)
-        from agents.vllm_policy import VLLMPolicy
-        from trainer.fsdp import full_state_dict, is_sharded
+        from corrgrpo.agents.vllm_policy import VLLMPolicy
+        from corrgrpo.trainer.fsdp import full_state_dict, is_sharded
 
         folder = Path(tempfile.mkdtemp(prefix="corrgrpo-vllm-"))
         # under FSDP the full weights (a collective: each process starts its own engine)
@@ -143,11 +143,11 @@ class VLLMEngine(RolloutEngine):
         return self._policy
 
     def sync_weights(self, model: Any) -> None:
-        from trainer.fsdp import full_state_dict
+        from corrgrpo.trainer.fsdp import full_state_dict
 
         self._policy.update_weights(full_state_dict(model))  # full tensors, also under FSDP
 
 
 # Engines in modules of their own are registered by entry point: their module (and what it
 # imports, such as an HTTP client) loads when a run uses them.
-ENGINES.register("server", "trainer.server_engine:ServerEngine")
+ENGINES.register("server", "corrgrpo.trainer.server_engine:ServerEngine")

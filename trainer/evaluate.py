@@ -16,13 +16,13 @@ from typing import Any
 import torch
 from rich.progress import Progress
 
-from agents.hf_policy import HFPolicy
-from agents.models import load_model
-from agents.policy import Policy, SamplingParams
+from corrgrpo.agents.hf_policy import HFPolicy
+from corrgrpo.agents.models import load_model
+from corrgrpo.agents.policy import Policy, SamplingParams
+from corrgrpo.trainer import setup
+from corrgrpo.trainer.config import Config
+from corrgrpo.trainer.rollout import play_episodes
 from corrgrpo_envs.vector import GroupedVectorEnv
-from trainer import setup
-from trainer.config import Config
-from trainer.rollout import play_episodes
 
 __all__ = ["evaluate", "play_tasks"]
 
@@ -37,7 +37,7 @@ def play_tasks(
 ) -> list[dict[str, Any]]:
     """Play each task once (``venv`` has group size 1); returns per-episode records.
 
-    Tasks go ``venv.num_groups`` at a time through :func:`~trainer.rollout.play_episodes`
+    Tasks go ``venv.num_groups`` at a time through :func:`~corrgrpo.trainer.rollout.play_episodes`
     (the training loop's own rollout function); the last chunk is padded with repeats
     whose records are dropped.
     """
@@ -61,11 +61,11 @@ def play_tasks(
 
 def _policy(cfg: Config, kind: str, checkpoint: str | Path | None, venv: GroupedVectorEnv) -> Policy:
     if kind == "reference":
-        from agents import ReferencePolicy
+        from corrgrpo.agents import ReferencePolicy
 
         return ReferencePolicy(venv)
     if kind == "random":
-        from agents import RandomPolicy
+        from corrgrpo.agents import RandomPolicy
 
         return RandomPolicy(seed=cfg.train.seed)
     source = str(Path(checkpoint) / "model") if checkpoint else cfg.model.name_or_path

@@ -89,7 +89,7 @@ def full_state_dict(model: torch.nn.Module, *, rank0_only: bool = False) -> dict
             Otherwise every process gets the full tensors (for a weight sync per process).
     """
     if not is_sharded(model):
-        from trainer.lora import merged_state_dict
+        from corrgrpo.trainer.lora import merged_state_dict
 
         return merged_state_dict(model)  # LoRA: adapters merged, under the base model's names
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

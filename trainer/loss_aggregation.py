@@ -1,6 +1,6 @@
 """The names of the ways a loss turns per-token terms into one number.
 
-The modes themselves are :func:`trainer.losses.aggregate`; the names live here, apart from
+The modes themselves are :func:`corrgrpo.trainer.losses.aggregate`; the names live here, apart from
 torch, so that a config is checked (``algorithm.loss_agg_mode``) before torch is imported.
 """
 

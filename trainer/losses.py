@@ -1,6 +1,6 @@
 """The training losses: policy-gradient losses for grouped rollouts (GRPO and its variants)
 and supervised fine-tuning's cross-entropy (``sft``), one update loop for all
-(:class:`trainer.update.PolicyUpdater`).
+(:class:`corrgrpo.trainer.update.PolicyUpdater`).
 
 A loss is a function of one :class:`LossInputs` that returns one :class:`LossOutput`::
 
@@ -34,7 +34,7 @@ The denominators are inputs so that gradient accumulation reproduces the full-ba
 loss exactly: when a batch is split into micro-batches (or spread over processes), pass the
 full batch's ``seq_denominator`` (number of sequences) and ``token_denominator`` (number of
 masked tokens) in every micro-batch's inputs, and the sum of the micro-batch losses equals the full-batch
-loss, and so do the gradients. Diagnostics are :mod:`trainer.loss_metrics` values (means that
+loss, and so do the gradients. Diagnostics are :mod:`corrgrpo.trainer.loss_metrics` values (means that
 keep their weights, maxima) so that they combine exactly over micro-batches and processes.
 
 The optional KL penalty (k3 estimator against a frozen reference, weight ``kl_beta``) is added
@@ -61,10 +61,10 @@ from typing import Any
 
 import torch
 
+from corrgrpo.trainer.loss_aggregation import AGG_MODES
+from corrgrpo.trainer.loss_metrics import Max, Mean
 from corrgrpo_registry import Registry
 from corrgrpo_registry.settings import ConfigError, Range, num_field, validate
-from trainer.loss_aggregation import AGG_MODES
-from trainer.loss_metrics import Max, Mean
 
 __all__ = [
     "AGG_MODES",
@@ -243,7 +243,7 @@ class LossOutput:
     the share of tokens in clipped sequences), ``ratio_mean`` and ``ratio_max`` (of the ratio
     the loss clips: token-weighted per token, or sequence-weighted per sequence for gspo) and
     ``kl`` (token-weighted mean k3, only when ``ref_logp`` is given); sft's ``cross_entropy``. Values are
-    :class:`~trainer.loss_metrics.Mean` / :class:`~trainer.loss_metrics.Max` (floats); a plain
+    :class:`~corrgrpo.trainer.loss_metrics.Mean` / :class:`~corrgrpo.trainer.loss_metrics.Max` (floats); a plain
     float counts as a mean of weight 1."""
 
 

@@ -50,9 +50,9 @@ from typing import Any
 
 import numpy as np
 
-from agents.episode import Episode
-from agents.policy import Action
-from trainer.rollout import RolloutBatch
+from corrgrpo.agents.episode import Episode
+from corrgrpo.agents.policy import Action
+from corrgrpo.trainer.rollout import RolloutBatch
 
 __all__ = ["OverlappedRollouts", "batch_from_json", "batch_to_json", "overlap_threads", "pending_file"]
 

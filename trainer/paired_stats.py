@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from trainer.pareto import interval
+from corrgrpo.trainer.pareto import interval
 
 __all__ = ["holm", "interval", "paired_difference", "tiers"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.run_logger import read_metrics
+from corrgrpo.trainer.run_logger import read_metrics
 
 __all__ = ["plot_runs"]
 

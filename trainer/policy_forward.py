@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agents.models import takes_logits_to_keep
+from corrgrpo.agents.models import takes_logits_to_keep
 
 __all__ = [
     "MIN_SHARED_PREFIX",
@@ -133,7 +133,7 @@ def model_logits(model: torch.nn.Module, keep: Keep, **kwargs) -> tuple[torch.Te
     """The kept positions' logits ``[B, K, V]`` and the model's key/value cache (``None``
     without ``use_cache``): the one forward pass of the trainers.
 
-    ``logits_to_keep`` when the model takes it (:func:`agents.models.takes_logits_to_keep`):
+    ``logits_to_keep`` when the model takes it (:func:`corrgrpo.agents.models.takes_logits_to_keep`):
     the vocabulary projection, a large part of a pass, then runs only there. Otherwise, or when
     the model ignored it, the logits of every position are cut here.
     """

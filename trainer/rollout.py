@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.episode import Episode
-from agents.policy import Action, Policy, SamplingParams
+from corrgrpo.agents.episode import Episode
+from corrgrpo.agents.policy import Action, Policy, SamplingParams
 from corrgrpo_envs.vector import GroupedVectorEnv
 
 __all__ = [

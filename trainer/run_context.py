@@ -1,14 +1,14 @@
 """What every training command shares: one :class:`RunContext` per run.
 
-``corrgrpo train`` (:mod:`trainer.trainer`) and ``corrgrpo sft`` (:mod:`trainer.sft`)
+``corrgrpo train`` (:mod:`corrgrpo.trainer.trainer`) and ``corrgrpo sft`` (:mod:`corrgrpo.trainer.sft`)
 differ in what a step does; everything around the step is built here, once, from the
 shared config sections (``model``, ``optim`` and the common part of ``train``):
 
-* the ``Accelerator`` (:func:`trainer.fsdp.build_accelerator`: an FSDP launch config
+* the ``Accelerator`` (:func:`corrgrpo.trainer.fsdp.build_accelerator`: an FSDP launch config
   shards either command's model, on CPU processes too) and the seeding of every RNG;
 * the model and tokenizer, with gradient checkpointing and LoRA adapters;
 * AdamW over the trainable parameters and THE learning-rate schedule (:func:`lr_factor`);
-* the run folder (locked against a second run, :mod:`trainer.run_lock`), its ``config.json``,
+* the run folder (locked against a second run, :mod:`corrgrpo.trainer.run_lock`), its ``config.json``,
   the metrics logger, the progress bar;
 * checkpoints and resuming (``train.resume``), and the step loop with its save points.
 
@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.config import ModelConfig, OptimizerConfig, RunConfig
-from trainer.run_logger import METRICS, TENSORBOARD, TrackerStartError
+from corrgrpo.trainer.config import ModelConfig, OptimizerConfig, RunConfig
+from corrgrpo.trainer.run_logger import METRICS, TENSORBOARD, TrackerStartError
 
 __all__ = ["RunContext", "lr_factor", "lr_schedule", "missing_trackers_line", "seed_everything"]
 
@@ -76,7 +76,7 @@ class RunContext:
         run: the ``train`` section (the part every command shares).
         output_dir: the run folder.
         config: the whole config as plain data (``config.json`` and every checkpoint).
-        accelerator: an ``Accelerator`` to use (default: :func:`trainer.fsdp.build_accelerator`).
+        accelerator: an ``Accelerator`` to use (default: :func:`corrgrpo.trainer.fsdp.build_accelerator`).
     """
 
     def __init__(
@@ -89,7 +89,7 @@ class RunContext:
         config: dict[str, Any],
         accelerator: Any = None,
     ):
-        from trainer.fsdp import build_accelerator
+        from corrgrpo.trainer.fsdp import build_accelerator
 
         self.model_cfg, self.optim_cfg, self.run_cfg = model, optim, run
         self.config = config
@@ -123,8 +123,8 @@ class RunContext:
     # ------------------------------------------------------------------- model
     def build_model(self) -> tuple[torch.nn.Module, Any]:
         """The model and tokenizer of ``model``: dtype, gradient checkpointing, LoRA adapters."""
-        from agents.models import load_model
-        from trainer.lora import apply_lora
+        from corrgrpo.agents.models import load_model
+        from corrgrpo.trainer.lora import apply_lora
 
         m = self.model_cfg
         kwargs: dict[str, Any] = {"dtype": getattr(torch, m.dtype)}
@@ -161,8 +161,8 @@ class RunContext:
         open writer ends the run at its first flush. Returns the checkpoint resumed from (None: a
         fresh start) and its step.
         """
-        from trainer.run_lock import lock_run_folder
-        from trainer.run_logger import RunLogger
+        from corrgrpo.trainer.run_lock import lock_run_folder
+        from corrgrpo.trainer.run_logger import RunLogger
 
         run = self.run_cfg
         if self.is_main:  # before anything in the folder is read or moved
@@ -209,8 +209,8 @@ class RunContext:
         return send
 
     def _resume(self, where: str) -> tuple[Path | None, int]:
-        from trainer.checkpoint import latest_checkpoint, load_checkpoint
-        from trainer.lora import restore_adapter
+        from corrgrpo.trainer.checkpoint import latest_checkpoint, load_checkpoint
+        from corrgrpo.trainer.lora import restore_adapter
 
         path = latest_checkpoint(self.output_dir) if where == "auto" else Path(where)
         if path is None:
@@ -228,7 +228,7 @@ class RunContext:
 
     def save(self, step: int) -> Path:
         """Write ``checkpoint-<step>`` of the state after ``step`` steps (every process calls it)."""
-        from trainer.checkpoint import prune_checkpoints, save_run_checkpoint
+        from corrgrpo.trainer.checkpoint import prune_checkpoints, save_run_checkpoint
 
         path = save_run_checkpoint(
             self.output_dir,
@@ -247,8 +247,8 @@ class RunContext:
     def save_model(self, folder: Path) -> None:
         """The model as a plain transformers folder (merged for LoRA, gathered under FSDP);
         every process calls it."""
-        from trainer.fsdp import full_state_dict, is_sharded
-        from trainer.lora import save_merged
+        from corrgrpo.trainer.fsdp import full_state_dict, is_sharded
+        from corrgrpo.trainer.lora import save_merged
 
         self.accelerator.wait_for_everyone()
         # FSDP: the full weights are gathered (a collective) to the main process
@@ -268,7 +268,7 @@ class RunContext:
         """Steps ``start .. train.steps - 1``: ``step_fn(step)`` returns the step's record;
         ``save_fn(step + 1)`` runs every ``train.save_every`` steps and after the last one
         (``train.save_final``); a progress bar shows each record."""
-        from trainer.progress import TrainProgress
+        from corrgrpo.trainer.progress import TrainProgress
 
         run = self.run_cfg
         progress = (progress_cls or TrainProgress)(run.steps, enabled=run.progress and self.is_main, start=start)

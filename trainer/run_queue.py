@@ -1,8 +1,8 @@
 """Train-then-evaluate runs in worker processes, resumable: what ``sweep`` and ``arena`` share.
 
-A :class:`QueuedRun` is one training run (``trainer.trainer.train``, with periodic checkpoints
+A :class:`QueuedRun` is one training run (``corrgrpo.trainer.trainer.train``, with periodic checkpoints
 and ``train.resume=auto``) followed by one evaluation of its final checkpoint on the eval split
-(``trainer.evaluate.evaluate``), both in one worker process (``python -m trainer.run_queue``),
+(``corrgrpo.trainer.evaluate.evaluate``), both in one worker process (``python -m corrgrpo.trainer.run_queue``),
 so a run pays for one interpreter start. The evaluation is written under a temporary name and renamed when complete:
 a run whose ``eval.json`` exists is finished and skipped; one without is resumed from its latest
 checkpoint (or only evaluated, when training had finished). :func:`run_all` runs a list of them
@@ -98,7 +98,7 @@ def run_one(run: QueuedRun, save_every: int, threads: int) -> dict[str, Any]:
     if job["train"] is not None:
         status = "resumed" if any(run.folder.glob("checkpoint-*")) else "trained"
     with open(run.folder / "run.log", "a", encoding="utf-8") as out:
-        subprocess.run([sys.executable, "-m", "trainer.run_queue", json.dumps(job)],
+        subprocess.run([sys.executable, "-m", "corrgrpo.trainer.run_queue", json.dumps(job)],
                        check=True, env=env, stdout=out, stderr=subprocess.STDOUT)
     os.replace(run.folder / (EVAL_FILE + ".partial"), run.folder / EVAL_FILE)  # finished from now on
     if not run.keep_checkpoints:
@@ -152,10 +152,10 @@ def _clock(seconds: float) -> str:
 
 def _worker(job: dict[str, Any]) -> int:
     """Train (unless only the evaluation is left), then evaluate the final checkpoint: one job."""
-    from trainer.config import load_config
-    from trainer.evaluate import evaluate, write_evaluation
-    from trainer.threads import apply_threads
-    from trainer.trainer import train
+    from corrgrpo.trainer.config import load_config
+    from corrgrpo.trainer.evaluate import evaluate, write_evaluation
+    from corrgrpo.trainer.threads import apply_threads
+    from corrgrpo.trainer.trainer import train
 
     if job["train"] is not None:
         train(load_config(job["config"], job["train"]))

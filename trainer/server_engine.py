@@ -1,7 +1,7 @@
 """The ``server`` rollout engine: rollouts from ``vllm serve`` processes on other GPUs or machines.
 
 Generation goes through vLLM's OpenAI-compatible completions endpoint with token-id
-prompts (:class:`agents.openai_policy.CompletionsTokenPolicy`), so episodes get exactly
+prompts (:class:`corrgrpo.agents.openai_policy.CompletionsTokenPolicy`), so episodes get exactly
 the sampled ids and their log-probabilities; requests are spread over the servers.
 
 After every optimizer step the trainer pushes its weights with vLLM's own endpoints
@@ -38,10 +38,10 @@ from typing import Any
 import httpx
 import torch
 
-from agents.openai_policy import CompletionsTokenPolicy, OpenAIRequestError
-from agents.policy import Action, SamplingParams
-from agents.token_policy import record_turns
-from trainer.engines import RolloutEngine
+from corrgrpo.agents.openai_policy import CompletionsTokenPolicy, OpenAIRequestError
+from corrgrpo.agents.policy import Action, SamplingParams
+from corrgrpo.agents.token_policy import record_turns
+from corrgrpo.trainer.engines import RolloutEngine
 
 __all__ = ["RolloutServerError", "ServerEngine", "server_root"]
 
@@ -111,7 +111,7 @@ class ServerEngine(RolloutEngine):
     """Rollouts from one or more ``vllm serve`` processes; weights pushed after every step.
 
     ``rollout.server`` holds the servers' API roots, timeouts, retries and the weights
-    folder (see :class:`trainer.config.RolloutServerConfig`). The API key, if the servers
+    folder (see :class:`corrgrpo.trainer.config.RolloutServerConfig`). The API key, if the servers
     need one, is read from ``$VLLM_API_KEY`` so that it is not saved with the run's config.
     """
 
@@ -268,7 +268,7 @@ class ServerEngine(RolloutEngine):
 
     def sync_weights(self, model: Any) -> None:
         """Write the weights (rank 0) and reload them on every server; collective under FSDP."""
-        from trainer.fsdp import full_state_dict
+        from corrgrpo.trainer.fsdp import full_state_dict
 
         state = full_state_dict(model, rank0_only=True)  # a collective under FSDP
         self.version += 1

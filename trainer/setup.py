@@ -6,7 +6,7 @@ and the reward weights: :func:`env_kwargs` hands the split (and the turn limit,
 to envs that take one) to the environment, and :func:`reward_setup` reads the
 reward names and default weights from the vector env, not from a separate env.
 The model, optimizer and run folder every command shares come from
-:class:`trainer.run_context.RunContext`.
+:class:`corrgrpo.trainer.run_context.RunContext`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from agents.policy import SamplingParams
+from corrgrpo.agents.policy import SamplingParams
+from corrgrpo.trainer.config import Config, env_constructor_kwargs
+from corrgrpo.trainer.estimators.reward_weights import RewardWeights, resolve_reward_weights
+from corrgrpo.trainer.losses import LossConfig, get_loss, resolve_loss_config
 from corrgrpo_envs.registry import resolve
 from corrgrpo_envs.vector import GroupedVectorEnv
-from trainer.config import Config, env_constructor_kwargs
-from trainer.estimators.reward_weights import RewardWeights, resolve_reward_weights
-from trainer.losses import LossConfig, get_loss, resolve_loss_config
 
 __all__ = [
     "build_loss",

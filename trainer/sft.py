@@ -2,7 +2,7 @@
 
 Read top to bottom, a run is:
 
-1. build the examples as token-exact episodes (:mod:`trainer.sft_data`): an
+1. build the examples as token-exact episodes (:mod:`corrgrpo.trainer.sft_data`): an
    env's reference answers played through the env, or conversations from files;
    hold out an evaluation set (the env's eval split, eval files, or a slice);
 2. each step takes ``train.batch_size`` examples (an epoch-wise permutation that
@@ -11,11 +11,11 @@ Read top to bottom, a run is:
    micro-batches of at most ``train.micro_batch_tokens`` tokens: length-bucketed
    padded rows, or (under FlashAttention) one padding-free row with position ids
    restarting at each example, so attention stays within it;
-3. the update is RL's (:class:`trainer.update.PolicyUpdater`, its ``update_batches``) with
-   the ``sft`` loss of :mod:`trainer.losses`: the summed cross-entropy of the assistant
+3. the update is RL's (:class:`corrgrpo.trainer.update.PolicyUpdater`, its ``update_batches``) with
+   the ``sft`` loss of :mod:`corrgrpo.trainer.losses`: the summed cross-entropy of the assistant
    tokens (loss mask 1) divided by the number of such tokens in the WHOLE batch, so gradient
    accumulation and data parallelism reproduce the single-process gradient; the same
-   forward pass (:func:`trainer.policy_forward.token_scores`), with logits only at the
+   forward pass (:func:`corrgrpo.trainer.policy_forward.token_scores`), with logits only at the
    positions that predict a trained token; the same clipping and gradient norm;
 4. log loss, token accuracy, the held-out loss and accuracy; checkpoint. The
    run folder's ``model/`` is a plain ``save_pretrained`` folder (merged when
@@ -34,19 +34,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.episode import Episode
-from trainer.config import OptimConfig, env_constructor_kwargs
-from trainer.losses import default_config, get_loss
-from trainer.policy_forward import PackedBatch, pack_episodes, pack_in_one_row
-from trainer.progress import TrainProgress
-from trainer.sft_config import (  # the config lives apart from torch; re-exported here
+from corrgrpo.agents.episode import Episode
+from corrgrpo.trainer.config import OptimConfig, env_constructor_kwargs
+from corrgrpo.trainer.losses import default_config, get_loss
+from corrgrpo.trainer.policy_forward import PackedBatch, pack_episodes, pack_in_one_row
+from corrgrpo.trainer.progress import TrainProgress
+from corrgrpo.trainer.sft_config import (  # the config lives apart from torch; re-exported here
     SFTConfig,
     SFTDataConfig,
     SFTTrainConfig,
     load_sft_config,
     sft_config_from_dict,
 )
-from trainer.update import PolicyUpdater
+from corrgrpo.trainer.update import PolicyUpdater
 
 __all__ = [
     "SFTConfig",
@@ -126,10 +126,10 @@ class SFTTrainer:
     """
 
     def __init__(self, cfg: SFTConfig, accelerator: Any = None):
-        from trainer.lora import trainable_parameters
-        from trainer.run_context import RunContext
-        from trainer.sampler import TaskSampler
-        from trainer.threads import apply_threads
+        from corrgrpo.trainer.lora import trainable_parameters
+        from corrgrpo.trainer.run_context import RunContext
+        from corrgrpo.trainer.sampler import TaskSampler
+        from corrgrpo.trainer.threads import apply_threads
 
         self.cfg = cfg
         t = cfg.train
@@ -159,7 +159,7 @@ class SFTTrainer:
 
     # -------------------------------------------------------------------- data
     def _load_data(self) -> tuple[list[Episode], list[Episode], dict[str, Any]]:
-        from trainer.sft_data import (
+        from corrgrpo.trainer.sft_data import (
             DataStats,
             SFTDataError,
             env_examples,
@@ -227,7 +227,7 @@ class SFTTrainer:
         metrics. A stand-in repeats the first training example with no trained token: it adds
         nothing to the loss, its gradient or the metrics.
         """
-        from trainer.fsdp import is_sharded
+        from corrgrpo.trainer.fsdp import is_sharded
 
         device = self.accelerator.device
         count = len(groups)

@@ -1,6 +1,6 @@
 """``corrgrpo sft``'s configuration: its sections, their settings and how a YAML file is read.
 
-Apart from :mod:`trainer.sft` (torch, transformers), so that a config is read and checked,
+Apart from :mod:`corrgrpo.trainer.sft` (torch, transformers), so that a config is read and checked,
 and a bad one reported in one line, before either is imported.
 """
 
@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from corrgrpo_registry.settings import Range, build, num_field, validate
-from trainer.config import (
+from corrgrpo.trainer.config import (
     ConfigError,
     ModelConfig,
     OptimizerConfig,
@@ -19,6 +18,7 @@ from trainer.config import (
     check_env_section,
     load_settings,
 )
+from corrgrpo_registry.settings import Range, build, num_field, validate
 
 __all__ = [
     "SFTConfig",
@@ -75,7 +75,7 @@ class SFTTrainConfig(RunConfig):
     """Evaluate every N steps (0: before the first and after the last step only)."""
     torch_threads: int | None = num_field(None, Range(low=1, note="(or null: automatic)"))
     """Torch threads per process (default: this process's share of the cores; see
-    ``trainer.threads``)."""
+    ``corrgrpo.trainer.threads``)."""
 
 
 @dataclass

@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from agents.chat import ChatRenderer
-from agents.episode import Episode
-from agents.policy import Action, SamplingParams
-from agents.scripted import ReferencePolicy
-from agents.token_policy import TokenPolicy
+from corrgrpo.agents.chat import ChatRenderer
+from corrgrpo.agents.episode import Episode
+from corrgrpo.agents.policy import Action, SamplingParams
+from corrgrpo.agents.scripted import ReferencePolicy
+from corrgrpo.agents.token_policy import TokenPolicy
 
 __all__ = [
     "SFTDataError",
@@ -64,7 +64,7 @@ class TeacherForcedPolicy(TokenPolicy):
         tokenizer: the model's tokenizer (with its chat template).
         texts: ``(observations, episodes) -> [assistant text]`` for each turn.
 
-    Prompts and later-turn context come from :class:`~agents.token_policy.TokenPolicy`,
+    Prompts and later-turn context come from :class:`~corrgrpo.agents.token_policy.TokenPolicy`,
     as for the sampling policies, so an episode's tokens are those an RL rollout
     that produced the same texts would have. A completion is the text's tokens
     (no special tokens added) followed by the tokenizer's EOS, as a model that
@@ -167,8 +167,8 @@ def env_examples(
     returned in the stats (a check that the references are what the env wants).
     """
     import corrgrpo_envs
+    from corrgrpo.trainer.rollout import collect_groups
     from corrgrpo_envs.vector import GroupedVectorEnv
-    from trainer.rollout import collect_groups
 
     probe = corrgrpo_envs.make(env_id, **env_kwargs).unwrapped
     task_ids = list(probe.task_ids)[: limit or None]

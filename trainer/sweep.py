@@ -4,8 +4,8 @@ model greedily and write the Pareto front.
 Each run is ``corrgrpo train CONFIG`` with ``algorithm.reward_weights``, ``algorithm.estimator``
 and ``train.seed`` set, into ``OUT/<estimator>/w<i>-s<seed>/``, then ``corrgrpo eval`` of its
 last checkpoint on the eval split (greedy), in a worker process of its own (``--parallel`` at
-once), resumable (:mod:`trainer.run_queue`). ``front.json`` and ``front.png`` are then written from every ``eval.json``
-(:mod:`trainer.pareto`).
+once), resumable (:mod:`corrgrpo.trainer.run_queue`). ``front.json`` and ``front.png`` are then written from every ``eval.json``
+(:mod:`corrgrpo.trainer.pareto`).
 
 Weightings: ``simplex:N`` is every point of the simplex with steps of 1/N (``C(N+K-1, K-1)``
 points); a point's entries weigh each component per unit of its range (the reward weight is
@@ -26,10 +26,16 @@ from typing import Any
 
 import numpy as np
 
+from corrgrpo.trainer.config import Config, load_config
+from corrgrpo.trainer.pareto import (
+    hypervolume,
+    interval,
+    non_dominated,
+    percent_of_range,
+    plot_front,
+)
+from corrgrpo.trainer.run_queue import EVAL_FILE, QueuedRun, run_all
 from corrgrpo_registry.yaml_files import load_json, load_yaml
-from trainer.config import Config, load_config
-from trainer.pareto import hypervolume, interval, non_dominated, percent_of_range, plot_front
-from trainer.run_queue import EVAL_FILE, QueuedRun, run_all
 
 __all__ = ["SweepRun", "parse_weights", "plan_runs", "read_weights_file", "run_sweep", "simplex", "write_front"]
 
@@ -80,7 +86,7 @@ def parse_weights(spec: str, names: Sequence[str], low: Sequence[float], high: S
         span = [h - lo if h > lo else 1.0 for lo, h in zip(low, high)]
         return [Weighting(i, p, [w / s for w, s in zip(p, span)]) for i, p in enumerate(simplex(len(names), n))]
     data = read_weights_file(spec) if data is None else data
-    from trainer.estimators.reward_weights import resolve_reward_weights
+    from corrgrpo.trainer.estimators.reward_weights import resolve_reward_weights
 
     for i, entry in enumerate(data):  # check each against the env now, not after hours of training
         resolve_reward_weights(entry, names, [1.0] * len(names), key=f"{spec}[{i}]")
@@ -119,7 +125,7 @@ def _queued(run: SweepRun, config: str, overrides: Sequence[str], steps: int,
 
 def _env_bounds(cfg: Config) -> tuple[list[str], list[float], list[float]]:
     import corrgrpo_envs
-    from trainer.setup import env_kwargs
+    from corrgrpo.trainer.setup import env_kwargs
 
     env = corrgrpo_envs.make(cfg.env["id"], **env_kwargs(cfg, "eval"))
     try:

@@ -4,7 +4,7 @@ Read top to bottom, one step (:meth:`Trainer.train_step`) is:
 
 1. collect: the step's P tasks (a pure function of seed and step, see ``sampler``),
    each process its contiguous share, G rollouts each through the rollout engine
-   (``trainer.engines``) and ``GroupedVectorEnv``; optional dynamic sampling drops
+   (``corrgrpo.trainer.engines``) and ``GroupedVectorEnv``; optional dynamic sampling drops
    groups whose raw reward vectors are all equal and samples more;
    Reward gates (``algorithm.reward_gates``) apply to each batch's raw vectors as it is
    played, so dynamic sampling and the advantages see the gated vectors;
@@ -13,12 +13,12 @@ Read top to bottom, one step (:meth:`Trainer.train_step`) is:
 3. advantages: every process's reward vectors (and trained-token counts) gathered,
    ``compute_advantages`` on the WHOLE batch (so they do not depend on the number of
    processes), this process's slice of the advantages and of the estimator's loss weight kept;
-4. update: ``trainer.update.PolicyUpdater`` (whole-batch denominators and metrics),
+4. update: ``corrgrpo.trainer.update.PolicyUpdater`` (whole-batch denominators and metrics),
    then the engine follows the new weights;
 5. log: reward diagnostics, time split, losses; checkpoint; a warning line when every
-   reward has been 0 for a few steps in a row (``trainer.zero_rewards``).
+   reward has been 0 for a few steps in a row (``corrgrpo.trainer.zero_rewards``).
 
-The parts are built by the small functions of ``trainer.setup``.
+The parts are built by the small functions of ``corrgrpo.trainer.setup``.
 """
 
 from __future__ import annotations
@@ -34,27 +34,27 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import gather_object
 
-from trainer import setup
-from trainer.config import Config, config_to_dict
-from trainer.engines import make_engine
-from trainer.estimators import AdvantageResult, compute_advantages
-from trainer.estimators.attribution import attribute, attribution_metrics
-from trainer.estimators.reward_gates import RewardGates
-from trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
-from trainer.overlap import OverlappedRollouts, overlap_threads
-from trainer.policy_forward import pack_episodes
-from trainer.rollout import (
+from corrgrpo.trainer import setup
+from corrgrpo.trainer.config import Config, config_to_dict
+from corrgrpo.trainer.engines import make_engine
+from corrgrpo.trainer.estimators import AdvantageResult, compute_advantages
+from corrgrpo.trainer.estimators.attribution import attribute, attribution_metrics
+from corrgrpo.trainer.estimators.reward_gates import RewardGates
+from corrgrpo.trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
+from corrgrpo.trainer.overlap import OverlappedRollouts, overlap_threads
+from corrgrpo.trainer.policy_forward import pack_episodes
+from corrgrpo.trainer.rollout import (
     RolloutBatch,
     informative_groups,
     longest_turn,
     overlong_penalty,
     play_episodes,
 )
-from trainer.run_context import RunContext
-from trainer.sampler import TaskSampler, mix_seed
-from trainer.threads import apply_threads
-from trainer.update import PolicyUpdater
-from trainer.zero_rewards import ZeroRewardWatch
+from corrgrpo.trainer.run_context import RunContext
+from corrgrpo.trainer.sampler import TaskSampler, mix_seed
+from corrgrpo.trainer.threads import apply_threads
+from corrgrpo.trainer.update import PolicyUpdater
+from corrgrpo.trainer.zero_rewards import ZeroRewardWatch
 
 __all__ = ["Trainer", "train"]
 

@@ -6,7 +6,7 @@ cross-entropy, the ``sft`` loss).
 The loss of every micro-batch is normalised by whole-mini-batch denominators
 (sequences and tokens summed over processes), so gradient accumulation and data
 parallelism reproduce the single-process gradient. Diagnostics are accumulated as
-exact means and maxima (:mod:`trainer.loss_metrics`) over the whole step and
+exact means and maxima (:mod:`corrgrpo.trainer.loss_metrics`) over the whole step and
 reduced over processes, so a logged value does not depend on how the batch was
 split. Besides the loss's own metrics it logs the entropy, the mismatch between
 the sampler's log-probabilities and the trainer's (``mismatch/abs_mean|max``), the
@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
-from trainer.config import OptimConfig
-from trainer.loss_metrics import Max, Mean, MetricAccumulator
-from trainer.losses import LossConfig, LossFn, LossInputs
-from trainer.policy_forward import PackedBatch, token_logprobs, token_scores
-from trainer.sampler import mix_seed
+from corrgrpo.trainer.config import OptimConfig
+from corrgrpo.trainer.loss_metrics import Max, Mean, MetricAccumulator
+from corrgrpo.trainer.losses import LossConfig, LossFn, LossInputs
+from corrgrpo.trainer.policy_forward import PackedBatch, token_logprobs, token_scores
+from corrgrpo.trainer.sampler import mix_seed
 
 __all__ = ["PolicyUpdater"]
 

@@ -31,10 +31,10 @@ no_diagnostics    a TRL or verl run logged none of our diagnostics (only the con
                   metrics allow were judged)
 ================  ===========================================================================
 
-What each finding recommends is :data:`trainer.advice.recommendations.ADVICE`, picked by
+What each finding recommends is :data:`corrgrpo.trainer.advice.recommendations.ADVICE`, picked by
 :attr:`Finding.advice_key`. A run is one of ours (its folder), a TRL run (its output folder,
 ``trainer_state.json`` or TensorBoard event files) or a verl run (its file logger's ``.jsonl``):
-:mod:`trainer.integrations.run_logs` reads them into the same records.
+:mod:`corrgrpo.trainer.integrations.run_logs` reads them into the same records.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from trainer.advice.recommendations import ADVICE, Advice
-from trainer.integrations.run_logs import read_run
+from corrgrpo.trainer.advice.recommendations import ADVICE, Advice
+from corrgrpo.trainer.integrations.run_logs import read_run
 
 __all__ = ["PER_REWARD_ESTIMATORS", "Finding", "Report", "RunInfo", "Thresholds", "advise", "examine", "summarise"]
 

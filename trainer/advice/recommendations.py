@@ -5,7 +5,7 @@
 the measurement behind it, and, machine-readable, the estimators and the config settings it
 recommends trying. Changing what a finding recommends (e.g. after the estimator arena measured
 the outcome of following it) is an edit of this table alone; the detection of the conditions
-(:mod:`trainer.advice.findings`) does not depend on it.
+(:mod:`corrgrpo.trainer.advice.findings`) does not depend on it.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from __future__ import annotations
 import shutil
 import textwrap
 
-from trainer.advice.findings import Finding, Report, RunInfo
-from trainer.advice.recommendations import where_to_read
+from corrgrpo.trainer.advice.findings import Finding, Report, RunInfo
+from corrgrpo.trainer.advice.recommendations import where_to_read
 
 __all__ = ["FALLBACK_WIDTH", "render", "terminal_width"]
 

@@ -90,8 +90,8 @@ def load_or_report(load: Callable[[Any, list[str]], Any], args: argparse.Namespa
     """``load(args.config, args.overrides)``, or None after printing the error for the user."""
     from rich.markup import escape
 
+    from corrgrpo.trainer.config import ConfigError
     from corrgrpo_envs.registry import check_id
-    from trainer.config import ConfigError
 
     try:
         cfg = load(args.config, args.overrides)
@@ -127,8 +127,8 @@ def run_training(
     cfg = load_or_report(load, args, console)
     if cfg is None:
         return 2
-    from trainer.run_lock import RunFolderInUse
-    from trainer.run_logger import TrackerStartError
+    from corrgrpo.trainer.run_lock import RunFolderInUse
+    from corrgrpo.trainer.run_logger import TrackerStartError
 
     errors = {RunFolderInUse: 1, TrackerStartError: 1, **((errors() if callable(errors) else errors) or {})}
     known = tuple(errors)

@@ -94,7 +94,7 @@ def _matrix_table(title: str, matrix: np.ndarray, names: list[str], fmt: str) ->
 
 def print_worked_example(console: Console) -> None:
     """Print the paper's worked example: covariance vs correlation normalisation."""
-    from trainer.estimators import compute_advantages
+    from corrgrpo.trainer.estimators import compute_advantages
 
     rewards = worked_example_rewards()
     names = ["r1", "r2", "r3"]
@@ -216,7 +216,7 @@ def load_reward_file(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | N
 
 
 def _print_file(console: Console, args: argparse.Namespace) -> int:
-    from trainer.estimators import compute_advantages
+    from corrgrpo.trainer.estimators import compute_advantages
 
     rewards, groups, weights, names = load_reward_file(args.rewards)
     names = [escape(str(n)) for n in names]  # the file's column names are shown, never markup

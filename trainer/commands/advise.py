@@ -11,7 +11,7 @@ import json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trainer.advice import Thresholds
+    from corrgrpo.trainer.advice import Thresholds
 
     t = Thresholds()
     parser.add_argument("runs", nargs="+", help="runs: corrgrpo run folders (metrics.jsonl), TRL output folders "
@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.advice import Thresholds, examine
-    from trainer.advice.report import render
+    from corrgrpo.trainer.advice import Thresholds, examine
+    from corrgrpo.trainer.advice.report import render
 
     thresholds = Thresholds(dominant_share=args.dominant_share, dominant_steps=args.dominant_steps,
                             duplicate_correlation=args.duplicate_correlation, falling=args.falling,

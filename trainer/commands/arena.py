@@ -53,10 +53,10 @@ def _split(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 def run(args: argparse.Namespace) -> int:
     import subprocess
 
-    from trainer.arena import plan_arena, run_arena, scheduler_commands
-    from trainer.arena_report import write_report
-    from trainer.config import ConfigError
-    from trainer.run_queue import RunFailed
+    from corrgrpo.trainer.arena import plan_arena, run_arena, scheduler_commands
+    from corrgrpo.trainer.arena_report import write_report
+    from corrgrpo.trainer.config import ConfigError
+    from corrgrpo.trainer.run_queue import RunFailed
 
     if args.seeds < 1 or args.parallel < 1 or args.eval_limit < 0:
         print("error: --seeds and --parallel must be >= 1, --eval-limit >= 0")

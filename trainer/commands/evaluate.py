@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trainer.commands import add_config_arguments, load_or_report
+from corrgrpo.trainer.commands import add_config_arguments, load_or_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,15 +27,15 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from trainer.config import load_config
+    from corrgrpo.trainer.config import load_config
 
     console = Console(stderr=True)
     cfg = load_or_report(load_config, args, console)
     if cfg is None:  # one line, before torch is imported (a second of CPU and 200 MB)
         return 2
+    from corrgrpo.trainer.evaluate import evaluate, write_evaluation
+    from corrgrpo.trainer.threads import apply_threads
     from corrgrpo_envs.integrations.openenv_client import RemoteEnvError
-    from trainer.evaluate import evaluate, write_evaluation
-    from trainer.threads import apply_threads
 
     if args.checkpoint and not Path(args.checkpoint).is_dir():
         console.print(f"[red]error:[/red] --checkpoint {args.checkpoint}: no such folder", soft_wrap=True)

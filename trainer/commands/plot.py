@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.plotting import plot_runs
+    from corrgrpo.trainer.plotting import plot_runs
 
     out = Path(args.out) if args.out else Path(args.runs[0]) / "plot.png"
     plot_runs(args.runs, out, labels=args.labels, smooth=args.smooth)

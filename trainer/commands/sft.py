@@ -6,29 +6,29 @@ import argparse
 
 from rich.console import Console
 
-from trainer.commands import add_config_arguments, run_training
+from corrgrpo.trainer.commands import add_config_arguments, run_training
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trainer.sft_config import SFT_MOVED_KEYS, SFTConfig
+    from corrgrpo.trainer.sft_config import SFT_MOVED_KEYS, SFTConfig
 
     add_config_arguments(parser, "optim.lr=1e-4 train.steps=200 model.lora.r=16", defaults=SFTConfig(),
                          env_moved=SFT_MOVED_KEYS)
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.sft_config import load_sft_config
+    from corrgrpo.trainer.sft_config import load_sft_config
 
     def build(cfg):
-        from trainer.sft import SFTTrainer
+        from corrgrpo.trainer.sft import SFTTrainer
 
         return SFTTrainer(cfg)
 
     def errors() -> dict[type[Exception], int]:
         # the env's references are read (and its envs closed) before training starts;
         # a server that fails or refuses them ends the command with one error line: exit 1
+        from corrgrpo.trainer.sft_data import SFTDataError
         from corrgrpo_envs.integrations.openenv_client import RemoteEnvError
-        from trainer.sft_data import SFTDataError
 
         return {SFTDataError: 2, FileNotFoundError: 2, RemoteEnvError: 1}
 
@@ -51,7 +51,7 @@ def _banner(cfg, trainer) -> str:
 
 
 def _summary(console: Console, run_dir) -> None:
-    from trainer.run_logger import read_metrics
+    from corrgrpo.trainer.run_logger import read_metrics
 
     records = read_metrics(run_dir)
     steps = [r for r in records if r["step"] > 0]

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from trainer.commands import add_config_arguments
+from corrgrpo.trainer.commands import add_config_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,10 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import subprocess
 
+    from corrgrpo.trainer.config import ConfigError
+    from corrgrpo.trainer.run_queue import RunFailed
+    from corrgrpo.trainer.sweep import run_sweep
     from corrgrpo_envs.integrations.openenv_client import RemoteEnvError
-    from trainer.config import ConfigError
-    from trainer.run_queue import RunFailed
-    from trainer.sweep import run_sweep
 
     if args.seeds < 1 or args.parallel < 1:
         print("error: --seeds and --parallel must be >= 1")

@@ -7,31 +7,31 @@ from contextlib import suppress
 
 from rich.console import Console
 
-from trainer.commands import add_config_arguments, run_training
+from corrgrpo.trainer.commands import add_config_arguments, run_training
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trainer.config import MOVED_KEYS, Config
+    from corrgrpo.trainer.config import MOVED_KEYS, Config
 
     add_config_arguments(parser, "algorithm.estimator=grpo train.seed=3", defaults=Config(),
                          env_moved=MOVED_KEYS)
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.config import load_config
+    from corrgrpo.trainer.config import load_config
 
     built: list = []
 
     def build(cfg):
-        from trainer.trainer import Trainer
+        from corrgrpo.trainer.trainer import Trainer
 
         built.append(Trainer(cfg))
         return built[-1]
 
     def errors() -> dict[type[Exception], int]:
         # a server that stays down stops the run cleanly (its last checkpoint is intact): exit 1
+        from corrgrpo.trainer.server_engine import RolloutServerError
         from corrgrpo_envs.integrations.openenv_client import RemoteEnvError
-        from trainer.server_engine import RolloutServerError
 
         return {RolloutServerError: 1, RemoteEnvError: 1}
 
@@ -60,7 +60,7 @@ def _banner(cfg, trainer) -> str:
 def _summary(console: Console, run_dir) -> None:
     from rich.table import Table
 
-    from trainer.run_logger import read_metrics
+    from corrgrpo.trainer.run_logger import read_metrics
 
     records = read_metrics(run_dir)
     if not records:

@@ -4,9 +4,9 @@ Every built-in estimator is linear in the (centred) weighted rewards once its
 normalisers are fixed: ``A_i = sum_k a_ik``. ``a_ik`` is component k's part of
 response i's advantage, and since the policy gradient is ``sum_i A_i grad log p_i``,
 ``sum_i a_ik grad log p_i`` is component k's part of the update. Each estimator
-in :mod:`trainer.estimators` is written once, as that decomposition
-(``trainer.estimators.Decomposition``, made into the estimator by
-``trainer.estimators.decomposed``), so the parts are the advantages' own terms;
+in :mod:`corrgrpo.trainer.estimators` is written once, as that decomposition
+(``corrgrpo.trainer.estimators.Decomposition``, made into the estimator by
+``corrgrpo.trainer.estimators.decomposed``), so the parts are the advantages' own terms;
 each estimator's docstring (and ``docs/advantages.md``) gives its ``a_ik``.
 
 A decomposition also gives an *effective weight per group*: the factor its
@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.estimators.groups import ACTIVITY_RTOL, RewardGroups
-from trainer.estimators.registry import (
+from corrgrpo.trainer.estimators.groups import ACTIVITY_RTOL, RewardGroups
+from corrgrpo.trainer.estimators.registry import (
     Decomposition,
     DecompositionFn,
     as_decomposition,
@@ -100,7 +100,7 @@ def register_attribution(name: str) -> Callable[[DecompositionFn], Decomposition
 
     It becomes the ``attribution`` attribute of the estimator ``name`` resolves to (a
     registered name or an entry point; ValueError for an unknown one). An estimator made by
-    ``trainer.estimators.decomposed`` already has its own and needs none.
+    ``corrgrpo.trainer.estimators.decomposed`` already has its own and needs none.
     """
 
     def decorator(fn: DecompositionFn) -> DecompositionFn:

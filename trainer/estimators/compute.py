@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from trainer.estimators.diagnostics import AdvantageStats, diagnose
-from trainer.estimators.groups import RewardGroups, group_rewards
-from trainer.estimators.registry import (
+from corrgrpo.trainer.estimators.diagnostics import AdvantageStats, diagnose
+from corrgrpo.trainer.estimators.groups import RewardGroups, group_rewards
+from corrgrpo.trainer.estimators.registry import (
     Decomposition,
     as_decomposition,
     get_estimator,

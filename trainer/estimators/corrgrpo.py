@@ -11,9 +11,9 @@ import math
 
 import torch
 
-from trainer.estimators.groups import ACTIVITY_RTOL, RewardGroups, _correlation_sum
-from trainer.estimators.parts import component_weight, scaled, weighted_z
-from trainer.estimators.registry import (
+from corrgrpo.trainer.estimators.groups import ACTIVITY_RTOL, RewardGroups, _correlation_sum
+from corrgrpo.trainer.estimators.parts import component_weight, scaled, weighted_z
+from corrgrpo.trainer.estimators.registry import (
     DEFAULT_EPS,
     Decomposition,
     check_eps,

@@ -20,9 +20,9 @@ import math
 
 import torch
 
-from trainer.estimators.groups import RewardGroups
-from trainer.estimators.parts import component_weight
-from trainer.estimators.registry import (
+from corrgrpo.trainer.estimators.groups import RewardGroups
+from corrgrpo.trainer.estimators.parts import component_weight
+from corrgrpo.trainer.estimators.registry import (
     DEFAULT_EPS,
     Decomposition,
     check_choice,
@@ -30,7 +30,7 @@ from trainer.estimators.registry import (
     decomposed,
     register_estimator,
 )
-from trainer.estimators.verl_normalisation import (
+from corrgrpo.trainer.estimators.verl_normalisation import (
     NORMALISATIONS,
     batch_normalised,
     group_z_scores,
@@ -59,7 +59,7 @@ def dara_advantages(
     """DARA: ``A = norm(sum_k s_k(A_ik))`` with density weights ``d_k = min(w_max, sqrt(pi_max / pi_k))``.
 
     ``A_ik = w_k z_ik`` is reward k's group z-score times its reward weight ``w_k``
-    (:func:`~trainer.estimators.verl_normalisation.group_z_scores`); ``pi_k`` is the share of
+    (:func:`~corrgrpo.trainer.estimators.verl_normalisation.group_z_scores`); ``pi_k`` is the share of
     groups with ``sum_i L_i |A_ik| > tau`` (``L_i`` the token counts given to
     ``compute_advantages``, 1 without them: the authors' token-level tensors); ``s_k(a) = d_k a``
     (symmetric) or ``a + (d_k - 1) max(a, 0)`` (positive). A reward with ``pi_k = 0`` gets

@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from trainer.estimators.corrgrpo import corrgrpo_denominator
-from trainer.estimators.groups import ACTIVITY_RTOL, RewardGroups
-from trainer.estimators.registry import DEFAULT_EPS
+from corrgrpo.trainer.estimators.corrgrpo import corrgrpo_denominator
+from corrgrpo.trainer.estimators.groups import ACTIVITY_RTOL, RewardGroups
+from corrgrpo.trainer.estimators.registry import DEFAULT_EPS
 
 __all__ = ["NEAR_CANCELLING_S_CORR", "AdvantageStats", "diagnose", "plain"]
 

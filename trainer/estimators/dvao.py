@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from trainer.estimators.groups import RewardGroups
-from trainer.estimators.parts import scaled
-from trainer.estimators.registry import (
+from corrgrpo.trainer.estimators.groups import RewardGroups
+from corrgrpo.trainer.estimators.parts import scaled
+from corrgrpo.trainer.estimators.registry import (
     Decomposition,
     check_choice,
     check_eps,

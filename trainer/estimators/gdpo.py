@@ -3,9 +3,9 @@ standardisation of it. Each reward counts on its own scale, whatever its range."
 
 from __future__ import annotations
 
-from trainer.estimators.groups import RewardGroups
-from trainer.estimators.parts import component_weight, standardised, weighted_z
-from trainer.estimators.registry import (
+from corrgrpo.trainer.estimators.groups import RewardGroups
+from corrgrpo.trainer.estimators.parts import component_weight, standardised, weighted_z
+from corrgrpo.trainer.estimators.registry import (
     DEFAULT_EPS,
     Decomposition,
     check_eps,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from trainer.estimators.groups import RewardGroups
-from trainer.estimators.parts import scaled, standardised
-from trainer.estimators.registry import (
+from corrgrpo.trainer.estimators.groups import RewardGroups
+from corrgrpo.trainer.estimators.parts import scaled, standardised
+from corrgrpo.trainer.estimators.registry import (
     DEFAULT_EPS,
     Decomposition,
     check_eps,

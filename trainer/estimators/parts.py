@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from trainer.estimators.groups import RewardGroups
-from trainer.estimators.registry import Decomposition
+from corrgrpo.trainer.estimators.groups import RewardGroups
+from corrgrpo.trainer.estimators.registry import Decomposition
 
 __all__ = ["component_weight", "scaled", "standardised", "weighted_z"]
 

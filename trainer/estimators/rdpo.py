@@ -37,8 +37,8 @@ import math
 
 import torch
 
-from trainer.estimators.groups import RewardGroups
-from trainer.estimators.registry import (
+from corrgrpo.trainer.estimators.groups import RewardGroups
+from corrgrpo.trainer.estimators.registry import (
     DEFAULT_EPS,
     Decomposition,
     check_choice,
@@ -46,7 +46,7 @@ from trainer.estimators.registry import (
     decomposed,
     register_estimator,
 )
-from trainer.estimators.verl_normalisation import batch_normalised
+from corrgrpo.trainer.estimators.verl_normalisation import batch_normalised
 
 __all__ = ["mid_ranks", "quantile_scores", "rdpo_advantages", "whitened"]
 

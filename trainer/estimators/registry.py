@@ -1,10 +1,10 @@
 """The estimator registry and the one way an estimator is written: as its :class:`Decomposition`.
 
-An estimator turns a batch's :class:`~trainer.estimators.groups.RewardGroups` into one
+An estimator turns a batch's :class:`~corrgrpo.trainer.estimators.groups.RewardGroups` into one
 advantage per response. Each built-in one is written once, as its decomposition: the part
 ``a_ik`` of each reward component in each advantage, and :func:`decomposed` makes the
 estimator ``A_i = sum_k a_ik`` of it, so the advantages and their attribution
-(:mod:`trainer.estimators.attribution`) cannot drift apart. A decomposition may also carry a
+(:mod:`corrgrpo.trainer.estimators.attribution`) cannot drift apart. A decomposition may also carry a
 per-response loss weight (e.g. GD²PO's keep weight) and the estimator's own diagnostics.
 """
 
@@ -21,7 +21,7 @@ import torch
 from corrgrpo_registry import Registry
 
 if TYPE_CHECKING:
-    from trainer.estimators.groups import RewardGroups
+    from corrgrpo.trainer.estimators.groups import RewardGroups
 
 __all__ = [
     "DEFAULT_EPS",
@@ -84,7 +84,7 @@ def decomposed(decompose: DecompositionFn) -> Estimator:
 
     Written once, an estimator yields both its advantages and its attribution: the returned
     function has ``decompose``'s options (keyword-only parameters) and docstring, and keeps
-    ``decompose`` as its ``attribution`` attribute, where :mod:`trainer.estimators.attribution`
+    ``decompose`` as its ``attribution`` attribute, where :mod:`corrgrpo.trainer.estimators.attribution`
     finds it. Put it under :func:`register_estimator`::
 
         @register_estimator("half_dr_grpo")
@@ -112,7 +112,7 @@ def register_estimator(name: str, *, override: bool = False) -> Callable[[Estima
     Options of an estimator are its keyword-only parameters; ``compute_advantages``
     rejects any other option. Raises ValueError when ``name`` is taken unless
     ``override`` is true. A plain function gets the proportional attribution
-    (:mod:`trainer.estimators.attribution`); one made by :func:`decomposed` its exact parts.
+    (:mod:`corrgrpo.trainer.estimators.attribution`); one made by :func:`decomposed` its exact parts.
     """
     return ESTIMATORS.register(name, override=override)
 

@@ -17,8 +17,8 @@ import math
 
 import torch
 
-from trainer.estimators.groups import RewardGroups
-from trainer.estimators.registry import (
+from corrgrpo.trainer.estimators.groups import RewardGroups
+from corrgrpo.trainer.estimators.registry import (
     DEFAULT_EPS,
     Decomposition,
     check_choice,
@@ -26,7 +26,7 @@ from trainer.estimators.registry import (
     decomposed,
     register_estimator,
 )
-from trainer.estimators.verl_normalisation import (
+from corrgrpo.trainer.estimators.verl_normalisation import (
     NORMALISATIONS,
     batch_normalised,
     group_z_scores,
@@ -49,7 +49,7 @@ def rvpo_advantages(
     """RVPO: ``A = norm(m_i)``, ``m_i = -1/k log(1/M sum_j exp(-k A_ij))``.
 
     ``A_ij = w_j z_ij`` is reward j's weighted group z-score
-    (:func:`~trainer.estimators.verl_normalisation.group_z_scores`); the soft minimum runs over the M rewards
+    (:func:`~corrgrpo.trainer.estimators.verl_normalisation.group_z_scores`); the soft minimum runs over the M rewards
     of non-zero weight (a reward of weight 0 is not optimised, so it is left out; a reward
     constant in a group is in, with z = 0, as in the authors' code).
 

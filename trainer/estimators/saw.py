@@ -29,8 +29,8 @@ from collections.abc import Sequence
 
 import torch
 
-from trainer.estimators.groups import RewardGroups
-from trainer.estimators.registry import (
+from corrgrpo.trainer.estimators.groups import RewardGroups
+from corrgrpo.trainer.estimators.registry import (
     DEFAULT_EPS,
     Decomposition,
     check_choice,
@@ -38,7 +38,7 @@ from trainer.estimators.registry import (
     decomposed,
     register_estimator,
 )
-from trainer.estimators.verl_normalisation import (
+from corrgrpo.trainer.estimators.verl_normalisation import (
     BATCH_WEIGHTINGS,
     SINGLETONS,
     batch_normalised,

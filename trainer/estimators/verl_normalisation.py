@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import torch
 
-from trainer.estimators.groups import RewardGroups
-from trainer.estimators.parts import standardised
-from trainer.estimators.registry import check_choice
+from corrgrpo.trainer.estimators.groups import RewardGroups
+from corrgrpo.trainer.estimators.parts import standardised
+from corrgrpo.trainer.estimators.registry import check_choice
 
 __all__ = [
     "BATCH_WEIGHTINGS",

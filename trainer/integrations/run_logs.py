@@ -246,7 +246,7 @@ def read_run(path: str | Path) -> RunLog:
         FileNotFoundError: ``path`` is none of these.
         ValueError: the log is too large or malformed (the message names the file).
     """
-    from trainer.run_logger import read_metrics
+    from corrgrpo.trainer.run_logger import read_metrics
 
     path = Path(path)
     if path.is_file() and path.name == METRICS:

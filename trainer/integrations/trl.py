@@ -10,7 +10,7 @@ TRL) hooks those two methods:
   about to train, applies the reward gates to the gathered matrix (so TRL's own aggregation
   sees gated rewards too), and keeps the matrix;
 - ``_generate_and_score_completions``: after TRL built its batch, computes
-  ``trainer.estimators.compute_advantages`` on the kept matrix (groups are TRL's contiguous
+  ``corrgrpo.trainer.estimators.compute_advantages`` on the kept matrix (groups are TRL's contiguous
   blocks of ``num_generations``; token counts are the completions' trained tokens, TRL's loss
   mask, gathered from every process), replaces this process's slice of the advantages, and logs
   our diagnostics under ``corrgrpo/`` in TRL's metrics, the estimator's own under
@@ -30,7 +30,7 @@ schedule and the gates. ::
 
     from trl import GRPOConfig
     from corrgrpo_envs.integrations.trl import for_trl
-    from trainer.integrations.trl import CorrGRPOTrainer
+    from corrgrpo.trainer.integrations.trl import CorrGRPOTrainer
 
     setup = for_trl("corrgrpo/ScaleDominance-v0", split="train")
     trainer = CorrGRPOTrainer(
@@ -50,11 +50,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.estimators import AdvantageResult, compute_advantages, get_estimator
-from trainer.estimators.attribution import attribute, attribution_metrics
-from trainer.estimators.reward_gates import RewardGates, check_reward_gates
-from trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
-from trainer.estimators.reward_weights import RewardWeights, resolve_reward_weights
+from corrgrpo.trainer.estimators import AdvantageResult, compute_advantages, get_estimator
+from corrgrpo.trainer.estimators.attribution import attribute, attribution_metrics
+from corrgrpo.trainer.estimators.reward_gates import RewardGates, check_reward_gates
+from corrgrpo.trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
+from corrgrpo.trainer.estimators.reward_weights import RewardWeights, resolve_reward_weights
 
 __all__ = [
     "METRIC_PREFIX",
@@ -72,7 +72,7 @@ __all__ = [
 METRIC_PREFIX = "corrgrpo/"
 
 #: The eps TRL 1.16 adds to the std it divides by. Our estimators' default is 1e-6
-#: (``trainer.estimators.registry.DEFAULT_EPS``), so ``estimator="grpo"`` differs from TRL's default
+#: (``corrgrpo.trainer.estimators.registry.DEFAULT_EPS``), so ``estimator="grpo"`` differs from TRL's default
 #: GRPO where a group's std is small; ``estimator="grpo", estimator_options={"eps": TRL_EPS}``
 #: reproduces it (tests/test_trl_estimators.py compares it with TRL's own advantages).
 TRL_EPS = 1e-4
@@ -81,7 +81,7 @@ TRL_EPS = 1e-4
 TRL_AGGREGATION_DEFAULTS = {"multi_objective_aggregation": "sum_then_normalize", "scale_rewards": "group"}
 
 #: Logged as ``corrgrpo/estimator_used/<name>`` = 1.0: TRL's logs take numbers only, so the
-#: estimator's name is in the key (``trainer.integrations.run_logs`` reads it back for ``advise``).
+#: estimator's name is in the key (``corrgrpo.trainer.integrations.run_logs`` reads it back for ``advise``).
 ESTIMATOR_USED = "estimator_used/"
 
 #: TRL's aggregations as our estimators (``(multi_objective_aggregation, scale_rewards)`` ->
@@ -127,7 +127,7 @@ def diagnostic_metrics(
 ) -> dict[str, float]:
     """Our per-step metrics as flat scalars (a logger of scalars takes them), without the prefix.
 
-    The names are those of ``trainer.estimators.reward_metrics`` and ``trainer.estimators.attribution`` (``c_q/median``,
+    The names are those of ``corrgrpo.trainer.estimators.reward_metrics`` and ``corrgrpo.trainer.estimators.attribution`` (``c_q/median``,
     ``k_eff/mean``, ``cov_share/<name>``, ``active_fraction/<name>``, ``zero_variance_fraction``,
     ``advantage_share/<name>``, ...); the correlation matrix becomes one entry per pair,
     ``reward_correlation/<a>/<b>`` (a before b), and the weights in force ``reward_weight/<name>``.
@@ -194,7 +194,7 @@ class CorrGRPOMixin:
     Keyword arguments taken before ``GRPOTrainer``'s own:
 
     Args:
-        estimator: a name of ``trainer.estimators.available_estimators()`` or an entry point
+        estimator: a name of ``corrgrpo.trainer.estimators.available_estimators()`` or an entry point
             ``package.module:function``; None keeps TRL's aggregation (diagnostics only). An
             estimator replaces ``GRPOConfig.multi_objective_aggregation`` and ``scale_rewards``:
             set to other than TRL's defaults, they are ignored with one warning. Our ``grpo``

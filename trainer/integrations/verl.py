@@ -2,7 +2,7 @@
 
 Two pieces, usable apart:
 
-- **Estimators.** :func:`register` puts every estimator of :mod:`trainer.estimators`
+- **Estimators.** :func:`register` puts every estimator of :mod:`corrgrpo.trainer.estimators`
   (built-ins and plug-ins) into verl's advantage-estimator registry
   (``verl.trainer.ppo.core_algos.register_adv_est``), so that
   ``algorithm.adv_estimator=corrgrpo`` selects CorrGRPO. Like verl's GDPO, an
@@ -24,7 +24,7 @@ functions of ``verl.trainer.ppo.ray_trainer`` (the trainer of ``trainer.use_v1=F
 ``compute_advantage``, which for our names makes the batch visible to the estimator and
 stores our diagnostics in ``data.meta_info``, and ``compute_data_metrics``, which adds
 those diagnostics to the step's metrics as ``corrgrpo/<name>`` (the names of
-:func:`trainer.estimators.reward_metrics.reward_metrics`). Both leave every other estimator's path
+:func:`corrgrpo.trainer.estimators.reward_metrics.reward_metrics`). Both leave every other estimator's path
 unchanged. verl's v1 trainer (``trainer.use_v1=True``) does not fetch the component
 scores for the advantage step at all, so there our estimators stop with an error that
 says so (docs/verl.md).
@@ -59,8 +59,8 @@ from typing import Any
 
 import numpy as np
 
-from trainer.estimators import available_estimators, compute_advantages
-from trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
+from corrgrpo.trainer.estimators import available_estimators, compute_advantages
+from corrgrpo.trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
 
 __all__ = [
     "METRICS_KEY",
@@ -169,7 +169,7 @@ def _component_column(non_tensor_batch: Mapping[str, Any], key: str, size: int) 
 def corrgrpo_metrics(
     rewards: np.ndarray, weights: np.ndarray, names: Sequence[str], stats: dict[str, Any]
 ) -> dict[str, float]:
-    """:func:`trainer.estimators.reward_metrics.reward_metrics` as flat ``corrgrpo/...`` scalars.
+    """:func:`corrgrpo.trainer.estimators.reward_metrics.reward_metrics` as flat ``corrgrpo/...`` scalars.
 
     Undefined values are left out; the correlation matrix becomes
     ``corrgrpo/reward_correlation/<a>/<b>`` for each pair ``a`` before ``b``.
@@ -234,7 +234,7 @@ class VerlEstimator:
         if non_tensor_batch is None:
             raise RuntimeError(
                 f"estimator {name!r} got no per-component scores: verl passes them to 'gdpo' only; "
-                "trainer.integrations.verl.register() makes its legacy trainer pass them "
+                "corrgrpo.trainer.integrations.verl.register() makes its legacy trainer pass them "
                 "(trainer.use_v1=False); the v1 trainer does not fetch them"
             )
         if index is None:
