@@ -13,7 +13,22 @@ it), the overlap of
   tool's, parameter names left out (a renamed tool's parameters are renamed too): each
   parameter's schema (texts normalised as descriptions are, ``dict`` read as ``object``) and
   whether it is required, as a sorted list; ``renamed_same_schema``: a renamed tool whose
-  schema equals that of a training tool with its description;
+  schema equals that of a training tool with its description. Types are compared as spelled
+  (``int`` is not ``integer``): the *exact* schema measure;
+* **structures**: eval tools whose name and parameters equal a training tool's after
+  normalisation (:func:`structure_key`): names lowercased, type names mapped to one spelling
+  (``int``/``integer``, ``float``/``number``, ``str``/``string``, ``bool``/``boolean``,
+  ``dict``/``object``, ``list``/``tuple``/``array``, Python spellings such as ``List[int]`` or
+  ``str, optional`` read as the JSON-schema type), only the structure kept (each parameter's
+  name, type, ``items`` and nested ``properties``, and the ``required`` names as a set, where
+  both tools give one: a tool without a ``required`` list, as RLLA's are, matches either way):
+  descriptions, defaults, enums and the rest dropped, parameter order ignored;
+* **description texts**: eval tools with a text (the function's description or a parameter's,
+  nested ones included) that a training tool also has word for word: *identical*, the whole
+  text, lowercased with punctuation read as spaces, equal to one of a training tool's texts
+  (function or parameter) of at least ``DESCRIPTION_MIN_WORDS`` (5) words; *n-gram*, a run of
+  ``DESCRIPTION_NGRAM`` (10) consecutive words shared with one (a long sentence copied into a
+  longer description);
 * **questions**: eval tasks whose user turns, normalised (dialogue tags and the history header
   dropped, lowercased, punctuation to spaces), equal a training task's (*exact*), or share word
   5-gram shingles with one at Jaccard >= ``--near`` (default 0.8; *near*, exact included; text
@@ -24,7 +39,8 @@ it), the overlap of
   task's.
 
 Tools count once per distinct name (names), (name, description) (descriptions, renamed; empty
-descriptions left out) or (name, schema) (schemas); questions are shares of the eval tasks,
+descriptions left out), (name, schema) (schemas), structure key (structures) or (name,
+description texts) (description texts; tools without texts left out); questions are shares of the eval tasks,
 answers of the eval tasks that expect calls. :func:`overlap` is the computation over two
 lists of :class:`TaskRecord`; the command loads, prints counts, shares and examples, and
 ``--json`` writes the report::
@@ -49,6 +65,10 @@ from typing import Any
 
 NEAR_JACCARD = 0.8
 SHINGLE_WORDS = 5
+#: shortest description text whose identical copy counts (shorter ones are generic: "The city.")
+DESCRIPTION_MIN_WORDS = 5
+#: consecutive words a description text must share with a training tool's to count as copied
+DESCRIPTION_NGRAM = 10
 EXAMPLES = 3
 _HISTORY_HEADER = "**Dialogue Records History**"
 _TAG = re.compile(r"</?[a-z_]{1,20}>", re.IGNORECASE)
@@ -129,6 +149,132 @@ def schema_key(parameters: Any) -> str | None:
     return json.dumps(_canonical_schema(parameters), sort_keys=True, default=str)
 
 
+# one spelling per type: JSON schema's, for the spellings BFCL, RLLA and Python use
+_TYPE_NAMES = {
+    "int": "integer", "integer": "integer", "long": "integer", "float": "number", "double": "number",
+    "number": "number", "str": "string", "string": "string", "bool": "boolean", "boolean": "boolean",
+    "dict": "object", "object": "object", "mapping": "object", "list": "array", "array": "array",
+    "tuple": "array", "sequence": "array", "set": "array", "any": "any", "none": "null", "null": "null",
+}
+_GENERIC = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*\[(.*)\]\s*$", re.DOTALL)
+
+
+def _split_arguments(text: str) -> list[str]:
+    """``"int, List[str]"`` -> ``["int", "List[str]"]`` (commas inside brackets kept)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def normalise_type(spec: Any) -> dict[str, Any]:
+    """A type as written in a schema (``"int"``, ``"integer"``, ``"List[int]"``, ``"str, optional"``,
+    ``["string", "null"]``) as ``{"type": ..., "items": ...}`` in JSON schema's spelling; a union
+    is a sorted list of types; an unknown name is kept, lowercased."""
+    if isinstance(spec, list):
+        kinds = sorted({json.dumps(normalise_type(t), sort_keys=True) for t in spec})
+        return json.loads(kinds[0]) if len(kinds) == 1 else {"type": [json.loads(k) for k in kinds]}
+    text = str(spec).strip()
+    if text.lower().endswith(", optional"):
+        text = text[: -len(", optional")].strip()
+    generic = _GENERIC.match(text)
+    if generic:
+        head, args = generic.group(1).split(".")[-1].lower(), _split_arguments(generic.group(2))
+        if head == "optional" and len(args) == 1:
+            return normalise_type(args[0])
+        if head == "union":
+            return normalise_type(args)
+        kind = _TYPE_NAMES.get(head, head)
+        if kind == "array" and args and all(a == args[0] for a in args if a != "..."):
+            return {"type": "array", "items": normalise_type(args[0])}
+        return {"type": kind}
+    if "," in text:  # "int, float" written as a union
+        return normalise_type(_split_arguments(text))
+    lower = text.lower()
+    return {"type": _TYPE_NAMES.get(lower, lower)}
+
+
+def _structure(node: Any, top: bool = False, required: bool = True) -> dict[str, Any]:
+    """A (parameter) schema's structure: its type in one spelling, its ``items``' and nested
+    ``properties``' structure (names lowercased, order ignored), ``required`` as a sorted set of
+    lowercased names. Descriptions, defaults, enums and every other key are left out. At the top
+    (a tool's ``parameters``) the type is left out too: it is always an object. ``required=False``
+    leaves the required lists out."""
+    if not isinstance(node, Mapping):
+        return {}
+    out: dict[str, Any] = {} if top or "type" not in node else dict(normalise_type(node["type"]))
+    items = node.get("items")
+    if isinstance(items, Mapping):
+        out["items"] = _structure(items, required=required)
+    elif isinstance(items, list) and items:
+        kinds = sorted({json.dumps(_structure(i, required=required), sort_keys=True) for i in items})
+        out["items"] = json.loads(kinds[0]) if len(kinds) == 1 else [json.loads(k) for k in kinds]
+    properties = node.get("properties")
+    if isinstance(properties, Mapping) and properties:
+        out["properties"] = {str(k).strip().lower(): _structure(v, required=required)
+                             for k, v in properties.items()}
+    names = node.get("required")
+    if required and isinstance(names, list) and names:
+        out["required"] = sorted({str(r).strip().lower() for r in names})
+    return out
+
+
+def structure_key(tool: Mapping[str, Any], required: bool = True) -> str:
+    """Canonical JSON of a tool's lowercased name and its parameters' structure
+    (:func:`_structure`): equal for the same function written with other type spellings,
+    descriptions, defaults, parameter order or name case. ``required=False``: without the
+    required lists."""
+    return json.dumps([str(tool.get("name", "")).strip().lower(),
+                       _structure(tool.get("parameters"), top=True, required=required)], sort_keys=True, default=str)
+
+
+def states_required(tool: Mapping[str, Any]) -> bool:
+    """Whether a tool's parameters give a non-empty ``required`` list (RLLA's tools give none:
+    they say "optional" in a parameter's type, when they say anything)."""
+    parameters = tool.get("parameters")
+    return isinstance(parameters, Mapping) and bool(parameters.get("required"))
+
+
+def description_texts(tool: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A tool's description texts as (where, words joined by one space): the function's
+    (``"function"``) and each parameter's (``"parameter <name>"``, nested ones too), lowercased
+    with punctuation read as spaces; empty ones left out."""
+    out: list[tuple[str, str]] = []
+
+    def words(text: Any) -> str:
+        return " ".join(_NON_WORD.sub(" ", str(text).lower()).split())
+
+    def walk(node: Any, path: str) -> None:
+        if not isinstance(node, Mapping):
+            return
+        properties = node.get("properties")
+        if isinstance(properties, Mapping):
+            for name, sub in properties.items():
+                where = f"{path}.{name}" if path else str(name)
+                if isinstance(sub, Mapping) and words(sub.get("description") or ""):
+                    out.append((f"parameter {where}", words(sub["description"])))
+                walk(sub, where)
+        if isinstance(node.get("items"), Mapping):
+            walk(node["items"], path)
+
+    if words(tool.get("description") or ""):
+        out.append(("function", words(tool["description"])))
+    walk(tool.get("parameters"), "")
+    return tuple(out)
+
+
+def _ngrams(text: str, size: int) -> set[str]:
+    words = text.split()
+    return {" ".join(words[i:i + size]) for i in range(len(words) - size + 1)}
+
+
 def _canonical_value(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)
@@ -198,6 +344,61 @@ def _tool_measures(train: Sequence[TaskRecord], evals: Sequence[TaskRecord]) -> 
     return out
 
 
+def _normalised_measures(train: Sequence[TaskRecord], evals: Sequence[TaskRecord]) -> dict[str, Measure]:
+    """``structures`` (same name and parameters after normalisation) and the description texts a
+    training tool has word for word (``description_identical``, ``description_ngram``)."""
+    train_tools = [t for r in train for t in r.tools]
+    # a tool without a required list says nothing about which parameters are required: it
+    # matches a tool with the same structure whatever the other's required list
+    structures: dict[str, str] = {}
+    loose: dict[str, str] = {}
+    loose_unstated: dict[str, str] = {}
+    for t in train_tools:
+        name = str(t.get("name", ""))
+        structures.setdefault(structure_key(t), name)
+        loose.setdefault(structure_key(t, required=False), name)
+        if not states_required(t):
+            loose_unstated.setdefault(structure_key(t, required=False), name)
+    whole: dict[str, tuple[str, str]] = {}
+    grams: dict[str, tuple[str, str]] = {}
+    for t in train_tools:
+        for where, text in description_texts(t):
+            if len(text.split()) >= DESCRIPTION_MIN_WORDS:
+                whole.setdefault(text, (str(t.get("name", "")), where))
+            for g in _ngrams(text, DESCRIPTION_NGRAM):
+                grams.setdefault(g, (str(t.get("name", "")), where))
+    eval_tools = [t for r in evals for t in r.tools]
+    by_key: dict[str, tuple[str, str, bool]] = {}
+    for t in sorted(eval_tools, key=lambda t: str(t.get("name", ""))):
+        by_key.setdefault(structure_key(t), (str(t.get("name", "")), structure_key(t, required=False),
+                                             states_required(t)))
+    texts = {(str(t.get("name", "")), description_texts(t)) for t in eval_tools}
+    texts = sorted(t for t in texts if t[1])
+    out = {"structures": Measure(0, len(by_key)), "description_identical": Measure(0, len(texts)),
+           "description_ngram": Measure(0, len(texts))}
+
+    def hit(key: str, example: dict[str, Any]) -> None:
+        out[key].matched += 1
+        if len(out[key].examples) < EXAMPLES:
+            out[key].examples.append(example)
+
+    for key, (name, key_loose, stated) in sorted(by_key.items(), key=lambda kv: kv[1][0]):
+        train_name = structures.get(key) or loose_unstated.get(key_loose) or (None if stated else loose.get(key_loose))
+        if train_name is not None:
+            hit("structures", {"eval_name": name, "train_name": train_name})
+    for name, tool_texts in texts:
+        same = next(((w, x) for w, x in tool_texts if x in whole), None)
+        if same is not None:
+            hit("description_identical", {"eval_name": name, "eval_text": same[0], "train": list(whole[same[1]]),
+                                          "text": same[1][:120]})
+        shared = next(((w, g) for w, x in tool_texts for g in sorted(_ngrams(x, DESCRIPTION_NGRAM)) if g in grams),
+                      None)
+        if shared is not None:
+            hit("description_ngram", {"eval_name": name, "eval_text": shared[0], "train": list(grams[shared[1]]),
+                                      "words": shared[1]})
+    return out
+
+
 def _question_measures(train: Sequence[TaskRecord], evals: Sequence[TaskRecord],
                        near: float) -> dict[str, Measure]:
     train_words = [question_words(r.question) for r in train]
@@ -257,12 +458,14 @@ def overlap(train: Sequence[TaskRecord], evals: Sequence[TaskRecord],
             near: float = NEAR_JACCARD) -> dict[str, Measure]:
     """The overlap of ``evals`` with ``train``: tool ``names``, ``descriptions`` (``renamed``:
     a shared description under a name no training tool with it has; ``renamed_same_schema``:
-    such a tool whose schema also equals that training tool's), ``schemas``,
-    ``questions_exact``, ``questions_near`` (Jaccard of word 5-gram shingles >= ``near``) and
+    such a tool whose schema also equals that training tool's), ``schemas`` (exact spelling),
+    ``structures`` (name and parameters after normalisation), ``description_identical`` and
+    ``description_ngram`` (description texts shared word for word), ``questions_exact``, ``questions_near`` (Jaccard of word 5-gram shingles >= ``near``) and
     ``answers`` (identical expected calls), each a :class:`Measure` (see the module doc)."""
     if not 0.0 < near <= 1.0:
         raise ValueError(f"near must be in (0, 1], got {near}")
-    return {**_tool_measures(train, evals), **_question_measures(train, evals, near),
+    return {**_tool_measures(train, evals), **_normalised_measures(train, evals),
+            **_question_measures(train, evals, near),
             "answers": _answer_measure(train, evals)}
 
 
@@ -331,11 +534,16 @@ def eval_records(name: str, n: int | None, eval_config: Path, out: Path, seed: i
 LABELS = {
     "names": "function names shared", "descriptions": "descriptions shared",
     "renamed": "  of them renamed", "renamed_same_schema": "    renamed, identical schema",
-    "schemas": "schemas shared (>= 1 parameter)", "questions_exact": "questions, exact",
+    "schemas": "schemas shared (>= 1 parameter)",
+    "structures": "name + parameters, normalised",
+    "description_identical": f"description text identical (>= {DESCRIPTION_MIN_WORDS} w)",
+    "description_ngram": f"description {DESCRIPTION_NGRAM}-word run shared",
+    "questions_exact": "questions, exact",
     "questions_near": "questions, near (incl. exact)", "answers": "answers (expected calls) identical",
 }
 UNITS = {"names": "names", "descriptions": "tools", "renamed": "tools", "renamed_same_schema": "tools",
-         "schemas": "tools", "questions_exact": "tasks", "questions_near": "tasks", "answers": "call tasks"}
+         "schemas": "tools", "structures": "tools", "description_identical": "tools",
+         "description_ngram": "tools", "questions_exact": "tasks", "questions_near": "tasks", "answers": "call tasks"}
 
 
 def format_report(name: str, measures: Mapping[str, Measure], seconds: float, examples: bool = True) -> str:

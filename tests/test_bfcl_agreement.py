@@ -7,7 +7,9 @@ lists), functions (wrong names, calls dropped or repeated), order (parallel call
 and dict specs written literally. Each answer is scored by the env and by BFCL's checker in
 the bfcl-eval venv (``scripts/bfcl_venv.sh`` builds ``.venv-bfcl``; the checker runs in
 ``tests/bfcl_reference_checker.py``). The BFCL data files come from the bfcl-eval wheel
-(``$BFCL_WHEEL_DIR``, default ``.cache/bfcl``; ``scripts/test.sh`` downloads it).
+(``$BFCL_WHEEL_DIR``, default ``.cache/bfcl``; ``scripts/test.sh`` downloads it). Without the
+wheel or the venv these tests skip with one message saying how to get both; under ``CI=true``
+they fail with it instead (:mod:`tests.ci`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from tests.ci import unavailable
+
 ROOT = Path(__file__).resolve().parents[1]
 BFCL_PYTHON = ROOT / ".venv-bfcl" / "bin" / "python"
 CHECKER = ROOT / "tests" / "bfcl_reference_checker.py"
@@ -45,12 +49,26 @@ def _wheel() -> Path | None:
     return wheels[-1] if wheels else None
 
 
-def _skip_reason() -> str | None:
+INSTALL = ("pip download --no-deps bfcl-eval==2026.3.23 -d .cache/bfcl, then bash scripts/bfcl_venv.sh "
+           "(scripts/test.sh does both)")
+
+
+def _skip_reason(venv: bool = True) -> str | None:
+    """What is missing of the BFCL wheel and (``venv``) BFCL's checker venv, and how to get both;
+    None when nothing is."""
+    missing = []
     if _wheel() is None:
-        return "bfcl-eval wheel not downloaded (pip download --no-deps bfcl-eval==2026.3.23 -d .cache/bfcl)"
-    if not BFCL_PYTHON.exists():
-        return f"{BFCL_PYTHON.parent.parent.name} not built (scripts/bfcl_venv.sh builds BFCL's checker venv)"
-    return None
+        missing.append(f"the bfcl-eval wheel in {os.environ.get('BFCL_WHEEL_DIR', '.cache/bfcl')}")
+    if venv and not BFCL_PYTHON.exists():
+        missing.append(f"BFCL's checker venv {BFCL_PYTHON.parent.parent}")
+    return f"missing {' and '.join(missing)}; to install: {INSTALL}" if missing else None
+
+
+def require_bfcl(venv: bool = True) -> None:
+    """Skip when the wheel or (``venv``) the checker venv is missing; fail under CI."""
+    reason = _skip_reason(venv)
+    if reason is not None:
+        unavailable(reason)
 
 
 # ----------------------------------------------------------------------------- BFCL data
@@ -442,8 +460,8 @@ def agreement(items: list[dict[str, Any]], ours: dict[int, bool],
 # ------------------------------------------------------------------------------------- test
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
 def test_env_verdict_equals_bfcl_checker_on_generated_answers(tmp_path):
+    require_bfcl()
     folder = extract_bfcl(tmp_path / "bfcl")
     t0 = time.perf_counter()
     items = generate_answers(folder)
@@ -587,10 +605,10 @@ def test_hand_made_edge_cases_get_the_verdicts_bfcl_gave_them():
     assert 20 <= sum(case[-1] for case in HAND_MADE) <= len(HAND_MADE) - 20
 
 
-@pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
 def test_hand_made_edge_cases_get_bfcl_checkers_verdict():
     """The recorded verdicts of the hand-made cases are BFCL's checker's, including the answers
     it cannot score (it raises; the env says why it does not accept them)."""
+    require_bfcl()
     from corrgrpo_envs.toolcall.bfcl_verdict import bfcl_verdict
 
     items = [{"key": i, "category": c, "functions": [f], "answer": a, "calls": calls}
@@ -609,9 +627,8 @@ def test_hand_made_edge_cases_get_bfcl_checkers_verdict():
 MAXIMA = (0.5, 1.0, 1.5, 1.0)
 
 
-@pytest.mark.skipif(_wheel() is None, reason="bfcl-eval wheel not downloaded (pip download --no-deps "
-                    "bfcl-eval==2026.3.23 -d .cache/bfcl)")
 def test_reference_answers_are_right_by_bfcl_rules_and_score_the_maxima(tmp_path):
+    require_bfcl(venv=False)
     from corrgrpo_envs.toolcall.env import ToolCallEnv
 
     env = ToolCallEnv(dataset=extract_bfcl(tmp_path / "bfcl"))
@@ -717,7 +734,25 @@ def test_skip_reason_names_what_is_missing_and_how_to_build_it():
     if reason is None:
         assert BFCL_PYTHON.exists() and _wheel() is not None
     else:
-        assert "bfcl" in reason.lower() and ("scripts/bfcl_venv.sh" in reason or "pip download" in reason)
+        assert "bfcl" in reason.lower() and "scripts/bfcl_venv.sh" in reason and "pip download" in reason
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_missing_wheel_or_venv_fails_under_ci_and_skips_outside(tmp_path, monkeypatch, ci):
+    """Under CI=true a missing wheel or checker venv is a failure, not a skip; outside CI a skip,
+    both with the one message saying how to install them."""
+    monkeypatch.setenv("CI", ci)
+    monkeypatch.setattr(sys.modules[__name__], "BFCL_PYTHON", tmp_path / ".venv-bfcl" / "bin" / "python")
+    monkeypatch.setenv("BFCL_WHEEL_DIR", str(tmp_path / "no-wheels"))
+    outcome = pytest.fail.Exception if ci else pytest.skip.Exception
+    with pytest.raises(outcome) as raised:
+        require_bfcl()
+    message = str(raised.value)
+    assert "bfcl-eval wheel" in message and str(tmp_path / ".venv-bfcl") in message
+    assert INSTALL in message and message.startswith("CI: " if ci else "missing")
+    with pytest.raises(outcome, match="bfcl-eval wheel") as raised:
+        require_bfcl(venv=False)  # the wheel alone is asked for
+    assert ".venv-bfcl" not in str(raised.value)
 
 
 if __name__ == "__main__":  # the agreement figures without pytest: python tests/test_bfcl_agreement.py DIR

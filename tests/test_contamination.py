@@ -11,11 +11,14 @@ from corrgrpo_envs.toolcall.datasets import shared_data_dir
 from studies.contamination import (
     TaskRecord,
     answer_key,
+    description_texts,
     main,
+    normalise_type,
     overlap,
     question_words,
     schema_key,
     shingles,
+    structure_key,
 )
 
 
@@ -61,6 +64,9 @@ def test_overlap_counts_on_synthetic_tasks():
     assert (m["renamed"].matched, m["renamed_same_schema"].matched) == (1, 1)
     assert m["renamed"].examples[0]["train_names"] == ["get_weather"]
     assert (m["schemas"].matched, m["schemas"].total) == (1, 3)
+    # same name and parameters: none (the weather tool is renamed, the stock tool retyped)
+    assert (m["structures"].matched, m["structures"].total) == (0, 3)
+    assert (m["description_identical"].matched, m["description_ngram"].matched) == (0, 0)
     assert (m["questions_exact"].matched, m["questions_exact"].total) == (1, 4)
     assert m["questions_exact"].examples[0]["train_id"] == "t/0"
     # e/1 shares 10 of its 11 5-grams with t/1's 11 (Jaccard 10/12 = 0.833): near at 0.8, not at 0.9
@@ -89,6 +95,82 @@ def test_schema_key_ignores_parameter_names_but_not_required_or_types():
     assert schema_key(base) != schema_key({**renamed, "required": ["q2"]})
     assert schema_key(base) != schema_key({**base, "properties": {"city": {"type": "string"}}})
     assert schema_key({"type": "object", "properties": {}}) is None
+
+
+FIELD_DESCRIPTION = "Calculate the electric field produced by a charge at a certain distance."
+
+
+def _field(kind: str, **extra: object) -> dict:
+    return {"name": "calculate_electric_field", "description": FIELD_DESCRIPTION,
+            "parameters": {"type": "object", "properties": {
+                "charge": {"type": kind, "description": "Charge in coulombs producing the electric field.", **extra},
+                "distance": {"type": kind, "description": "Distance from the charge in meters."}},
+                "required": ["charge", "distance"]}}
+
+
+def test_a_tool_retyped_int_to_integer_is_a_normalised_match_and_a_description_overlap_not_an_exact_one():
+    train = [TaskRecord("t", "q", (_field("int", default=1),))]
+    # the evaluation's copy: JSON schema's type name, no default, parameters in another order
+    evaluation = _field("integer")
+    evaluation["parameters"]["properties"] = dict(reversed(evaluation["parameters"]["properties"].items()))
+    evaluation["parameters"]["required"] = ["distance", "charge"]
+    m = overlap(train, [TaskRecord("e", "r", (evaluation,))])
+    assert (m["schemas"].matched, m["schemas"].total) == (0, 1)  # exact spelling: int is not integer
+    assert (m["structures"].matched, m["structures"].total) == (1, 1)
+    assert m["structures"].examples == [{"eval_name": "calculate_electric_field",
+                                         "train_name": "calculate_electric_field"}]
+    assert (m["description_identical"].matched, m["description_ngram"].matched) == (1, 1)
+    assert m["description_identical"].examples[0]["eval_text"] == "function"
+    # another type is another structure, and so is another required list or parameter name
+    for other in (_field("string"), {**_field("int"), "parameters": {**_field("int")["parameters"], "required": []}},
+                  {**_field("int"), "name": "field_strength"}):
+        if other["parameters"]["required"] == []:
+            other["parameters"]["required"] = ["charge"]
+        assert overlap(train, [TaskRecord("e", "r", (other,))])["structures"].matched == 0, other
+
+
+def test_structure_key_normalises_types_names_order_and_drops_texts():
+    python_style = {"name": "Sort_List", "description": "x", "parameters": {"type": "dict", "properties": {
+        "Numbers": {"type": "List[int]", "description": "a", "default": []},
+        "reverse": {"type": "bool, optional", "default": False}}}}
+    json_style = {"name": "sort_list", "description": "y", "parameters": {"type": "object", "properties": {
+        "reverse": {"type": "boolean", "enum": [True, False]},
+        "numbers": {"type": "array", "items": {"type": "integer"}}}}}
+    assert structure_key(python_style) == structure_key(json_style)
+    assert structure_key(json_style) != structure_key({**json_style, "parameters": {"properties": {
+        "reverse": {"type": "boolean"}, "numbers": {"type": "array", "items": {"type": "number"}}}}})
+    assert normalise_type("Tuple[float, float]") == {"type": "array", "items": {"type": "number"}}
+    assert normalise_type("tuple") == normalise_type("list") == {"type": "array"}
+    assert normalise_type(["string", "null"]) == {"type": [{"type": "null"}, {"type": "string"}]}
+    assert normalise_type("Optional[str]") == normalise_type("str") == {"type": "string"}
+    assert normalise_type("Any") == {"type": "any"} and normalise_type("dict") == {"type": "object"}
+    assert normalise_type("float") == normalise_type("number")
+
+
+def test_a_schema_without_a_required_list_matches_either_way():
+    rlla = {"name": "f", "parameters": {"properties": {"a": {"type": "str"}}}}
+    bfcl = {"name": "f", "parameters": {"type": "dict", "properties": {"a": {"type": "string"}}, "required": ["a"]}}
+    assert overlap([TaskRecord("t", "q", (rlla,))], [TaskRecord("e", "r", (bfcl,))])["structures"].matched == 1
+    assert overlap([TaskRecord("t", "q", (bfcl,))], [TaskRecord("e", "r", (rlla,))])["structures"].matched == 1
+    other = {**bfcl, "parameters": {**bfcl["parameters"], "required": []}}
+    assert overlap([TaskRecord("t", "q", (bfcl,))], [TaskRecord("e", "r", (other,))])["structures"].matched == 1
+
+
+def test_description_texts_identical_and_long_runs():
+    assert description_texts(_field("int"))[1] == ("parameter charge", "charge in coulombs producing the electric field")
+    train = [TaskRecord("t", "q", ({"name": "a", "description": "Returns the list of the five largest files in "
+                                    "a folder, sorted by size.", "parameters": {"properties": {
+                                        "city": {"type": "string", "description": "The city."}}}},))]
+    longer = {"name": "b", "description": "Lists files. Returns the list of the five largest files in a folder, "
+              "sorted by size, with their owners.", "parameters": {"properties": {
+                  "town": {"type": "string", "description": "the  CITY."}}}}
+    m = overlap(train, [TaskRecord("e", "r", (longer,))])
+    # "the city" is shorter than 5 words: too generic to count when identical; the long run counts
+    assert (m["description_identical"].matched, m["description_ngram"].matched) == (0, 1)
+    assert "five largest files" in m["description_ngram"].examples[0]["words"]
+    m = overlap(train, [TaskRecord("e", "r", ({**longer, "description": "returns the LIST of the five largest "
+                                               "files in a folder -- sorted by size"},))])
+    assert (m["description_identical"].matched, m["description_ngram"].matched) == (1, 1)
 
 
 def test_answer_key_canonical():
@@ -171,3 +253,6 @@ def test_real_data_stage_two_against_api_bank_level_one(tmp_path):
     assert (api_bank["answers"]["matched"], api_bank["answers"]["total"]) == (15, 100)
     assert (rlla["renamed"]["matched"], rlla["renamed_same_schema"]["matched"]) == (29, 28)
     assert rlla["questions_near"]["matched"] == 0
+    # normalised: the same names with the same parameters, and description texts copied
+    assert (api_bank["structures"]["matched"], api_bank["structures"]["total"]) == (23, 39)
+    assert (rlla["structures"]["matched"], rlla["description_identical"]["matched"]) == (23, 75)
