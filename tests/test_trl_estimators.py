@@ -105,7 +105,7 @@ def _rewards(seed: int = 0, groups: int = 4, size: int = 4) -> np.ndarray:
 
 
 def test_importing_the_integration_imports_no_trl():
-    code = ("import sys, trainer.integrations.trl, trainer.advice, corrgrpo.trainer.cli;"
+    code = ("import sys, corrgrpo.trainer.integrations.trl, corrgrpo.trainer.advice, corrgrpo.trainer.cli;"
             "assert 'trl' not in sys.modules and 'transformers' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
