@@ -111,7 +111,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
-        raise AttributeError(f"module 'agents' has no attribute {name!r}")
+        raise AttributeError(f"module 'corrgrpo.agents' has no attribute {name!r}")
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value  # once imported, a plain attribute
     return value

@@ -208,7 +208,7 @@ def test_a_trl_folder_with_no_log_says_how_to_get_one(tmp_path, capsys):
     assert main(["advise", str(tmp_path / "trl")]) == 2
     out = capsys.readouterr().out
     assert out.startswith(f"error: {tmp_path / 'trl'}: a TRL output folder without a log advise reads: ")
-    assert "corrgrpo.trainer.save_state() after trainer.train()" in out and "report_to='tensorboard'" in out
+    assert "trainer.save_state() after trainer.train()" in out and "report_to='tensorboard'" in out
     # unreadable events: one line naming the file
     (tmp_path / "trl" / "runs" / "x").mkdir(parents=True)
     (tmp_path / "trl" / "runs" / "x" / "events.out.tfevents.1.host.1.0").write_bytes(bytes(range(256)))

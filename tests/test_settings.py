@@ -154,7 +154,7 @@ def test_the_settings_live_on_the_ground_floor_with_the_standard_library_only():
     from pathlib import Path
 
     code = ("import sys, corrgrpo_registry.settings; "
-            "print(sorted(m for m in ('yaml', 'gymnasium', 'numpy', 'torch', 'trainer', 'corrgrpo_envs') "
+            "print(sorted(m for m in ('yaml', 'gymnasium', 'numpy', 'torch', 'corrgrpo.trainer', 'corrgrpo_envs') "
             "if m in sys.modules))")
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
