@@ -328,7 +328,7 @@ def test_config_errors_name_the_key(tmp_path, data):
             sft_config_from_dict({"env": {"id": "x"}, section: {key: value}})
     for path in ("env_configs/sft_toolcall_tiny.yaml", "studies/configs/sft_toolcall_smollm2.yaml"):
         cfg = load_sft_config(ROOT / path, ["train.steps=3"])
-        assert cfg.data.source == "env" and cfg.env["id"] == "corrgrpo/ToolCall-v0" and cfg.train.steps == 3
+        assert cfg.data.source == "env" and cfg.env.id == "corrgrpo/ToolCall-v0" and cfg.train.steps == 3
 
 
 def test_sft_command_then_train_from_its_model(tmp_path, capsys):
