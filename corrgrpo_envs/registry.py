@@ -30,6 +30,8 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
+from corrgrpo_envs.integrations import OPENENV_SCHEME
+from corrgrpo_envs.settings import EnvOptions, EnvSection, with_section
 from corrgrpo_registry import (
     Registry,
     import_error_hint,
@@ -41,6 +43,7 @@ from corrgrpo_registry.settings import (
     ConfigError,
     Setting,
     build,
+    check_moved,
     describe,
     env_constructor_kwargs,
     validate,
@@ -57,8 +60,9 @@ __all__ = [
     "make",
     "registered_ids",
     "load_env_config",
-    "resolve_config_path",
     "env_settings",
+    "import_env_modules",
+    "read_env_section",
     "is_entry_point",
     "load_entry_point",
 ]
@@ -68,12 +72,6 @@ __all__ = [
 #: the conformance tests).
 ENVS: Registry[Any] = Registry("env id")
 
-#: Where the shipped YAML configs live: ``corrgrpo/env_configs`` beside this package, in a
-#: checkout (a link to the top-level ``env_configs/``) and in an installed wheel alike.
-CONFIG_DIR = (Path(__file__).resolve().parents[1] / "corrgrpo" / "env_configs").resolve()
-
-#: The scheme of an env served by OpenEnv servers.
-OPENENV_SCHEME = "openenv://"
 _OPENENV_ENTRY_POINT = "corrgrpo_envs.integrations.openenv_client:OpenEnvEnv"
 _OPENENV_SETTINGS = "corrgrpo_envs.integrations.openenv_settings:OpenEnvSettings"
 
@@ -130,20 +128,17 @@ def description(id: str) -> str:
     return str(ENVS.metadata(id).get("description", ""))
 
 
-def resolve_config_path(path: str | Path) -> Path:
-    """A YAML path as given, else relative to the project's ``env_configs/`` folder."""
+def _config_path(path: str | Path) -> Path:
+    """An explicit YAML path (the trainer's config module finds the shipped ones by name)."""
     p = Path(path).expanduser()
-    if p.exists():
-        return p
-    for candidate in (CONFIG_DIR / p, CONFIG_DIR / p.name):
-        if candidate.exists():
-            return candidate
-    raise FileNotFoundError(f"config {str(path)!r} not found (also looked in {CONFIG_DIR})")
+    if not p.is_file():
+        raise FileNotFoundError(f"config {str(path)!r} not found")
+    return p
 
 
 def load_env_config(path: str | Path) -> dict[str, Any]:
-    """The ``env:`` section of a YAML config (``id`` plus keyword arguments)."""
-    resolved = resolve_config_path(path)
+    """The ``env:`` section of a YAML config file (``id`` plus keyword arguments)."""
+    resolved = _config_path(path)
     data = load_yaml(resolved) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{resolved}: expected a mapping at the top level")
@@ -267,23 +262,42 @@ def _resolve_openenv(addresses: str) -> ResolvedEnv:
     )
 
 
-def _import_section_modules(path: Path, modules: Any) -> None:
-    """A YAML section's ``import``: modules whose import registers the env id it names."""
+def import_env_modules(modules: Any, where: str = "") -> list[str]:
+    """Import the modules of an ``env.import`` (a module name or a list of them), in order, so that
+    the env ids their import registers resolve; returns the names. A value that is not a list of
+    dotted module names, or a module that fails to import, is a
+    :class:`~corrgrpo_registry.settings.ConfigError` naming ``env.import`` (after ``where``, e.g.
+    the YAML file that names it)."""
+    if modules is None:
+        return []
+    prefix = f"{where}: " if where else ""
     names = [modules] if isinstance(modules, str) else modules
-    if not isinstance(names, list) or not all(isinstance(m, str) for m in names):
-        raise ConfigError(f"{path}: env.import: expected a list of module names, got {modules!r}", "env.import")
+    if not isinstance(names, list) or not all(
+        isinstance(m, str) and m and all(part.isidentifier() for part in m.split(".")) for m in names
+    ):
+        raise ConfigError(
+            f"{prefix}env.import: expected a list of module names such as [mypkg.envs], got {modules!r}",
+            "env.import",
+        )
     for name in names:
         try:
             importlib.import_module(name)
         except ImportError as exc:
-            raise ConfigError(f"{path}: env.import: cannot import {name!r} ({exc})", "env.import") from None
+            raise ConfigError(
+                f"{prefix}env.import: cannot import {name!r} ({exc}); {import_error_hint(name, exc)}",
+                "env.import",
+            ) from None
+        except Exception as exc:  # the user's module raised while it ran
+            raise ConfigError(
+                f"{prefix}env.import: importing {name!r} raised {type(exc).__name__}: {exc}", "env.import"
+            ) from None
+    return list(names)
 
 
 def _resolve_yaml(text: str) -> ResolvedEnv:
-    path = resolve_config_path(text)
+    path = _config_path(text)
     section = load_env_config(path)
-    if "import" in section:
-        _import_section_modules(path, section["import"])
+    import_env_modules(section.get("import"), str(path))
     env_id = section["id"]
     if not isinstance(env_id, (str, list)):
         raise ConfigError(f"{path}: env.id must be an env id, an entry point or openenv://HOST:PORT, "
@@ -313,13 +327,12 @@ def resolve(id_or_config: str | Path | Sequence[str]) -> ResolvedEnv:
     """What ``id_or_config`` names, without building it (the one place env ids are read).
 
     ``id_or_config`` is a registered id, an entry point ``package.module:attribute`` (its
-    module is imported), a YAML file (a path, or a name in ``env_configs/``) whose ``env.id`` is
-    one of the others, or OpenEnv servers ``openenv://HOST:PORT`` (comma-separated, or a list).
+    module is imported), a YAML file (its path) whose ``env.id`` is one of the others, or OpenEnv servers ``openenv://HOST:PORT`` (comma-separated, or a list).
 
     Raises:
         ValueError: an unknown id (listing the registered ones), a malformed address, or a
             list that is not of OpenEnv addresses; a bad YAML file is a ``ConfigError``.
-        FileNotFoundError: a YAML file that is nowhere.
+        FileNotFoundError: a YAML file that does not exist.
         ImportError / AttributeError / TypeError: an entry point whose module does not import,
             whose attribute is missing, or is not a class or a factory.
     """
@@ -362,14 +375,79 @@ def check_id(id_or_config: str | Path | list[str]) -> None:
         raise ValueError(str(exc)) from None
 
 
-def make(id_or_config: str | Path | list[str], **overrides: Any) -> gym.Env:
+def make(id_or_config: str | Path | list[str] | EnvSection, **overrides: Any) -> gym.Env:
     """Build an env from a registered id, an entry point, a YAML file or OpenEnv servers.
 
     ``id_or_config`` is anything :func:`resolve` reads: a registered id
     (``"corrgrpo/ToolCall-v0"``), an entry point ``"package.module:attribute"`` (an env
-    class or a factory, called with the keyword arguments), a YAML path whose ``env.id``
+    class or a factory, called with the keyword arguments), a YAML file's path whose ``env.id``
     is either, or OpenEnv servers ``"openenv://HOST:PORT"`` (several separated by commas,
-    or a list of them; extra ``openenv``). Keyword ``overrides`` replace the id's defaults
-    or the file's values; for an env with a settings class they are checked against it.
+    or a list of them; extra ``openenv``), or a run config's env settings (``Config.env``, see
+    :func:`read_env_section`: its id, with its keyword arguments). Keyword ``overrides`` replace
+    the id's defaults, the file's or the settings' values (e.g. ``split="eval"``); for an env
+    with a settings class they are checked against it.
     """
+    if isinstance(id_or_config, EnvSection):
+        return resolve(id_or_config.id).make(**{**id_or_config.kwargs(), **overrides})
     return resolve(id_or_config).make(**overrides)
+
+
+def _resolve_section_id(env_id: Any) -> ResolvedEnv:
+    """:func:`resolve` of an ``env.id``, its errors as one ``env.id`` ConfigError (an unknown id,
+    a module that does not import, a bad address)."""
+    try:
+        return resolve(env_id)
+    except ConfigError:
+        raise
+    except ImportError as exc:
+        module = str(env_id).split(":")[0]
+        raise ConfigError(
+            f"env.id: entry point {env_id!r}: cannot import {exc.name or module!r} ({exc}); "
+            f"{import_error_hint(module, exc)}",
+            "env.id",
+        ) from None
+    except (ValueError, AttributeError, TypeError, FileNotFoundError) as exc:
+        raise ConfigError(f"env.id: {exc}", "env.id") from None
+
+
+def read_env_section(
+    section: Any, moved: Mapping[str, str] | None = None, needs_id: str | None = None
+) -> EnvSection | None:
+    """A run config's ``env:`` section as the env's settings object, checked once.
+
+    The modules of ``import`` are imported first (:func:`import_env_modules`), then ``id`` is
+    resolved (:func:`resolve`; a list of ``openenv://HOST:PORT`` ids becomes one id, the servers
+    comma-separated) and the other keys are built into the env's settings class (keys under
+    ``env.``; ``moved``: keys that belong to another section), or into :class:`EnvOptions`,
+    unchecked, for an env registered without one. The object carries ``id`` and ``import``
+    (:class:`EnvSection`). Without an ``id``: an error saying why one is needed (``needs_id``),
+    or None when none is. Raises :class:`~corrgrpo_registry.settings.ConfigError` naming the key.
+    """
+    moved = moved or {}
+    if section is None:
+        section = {}
+    if isinstance(section, EnvSection):  # already read (a Python caller's own object)
+        return section
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"env: expected a mapping, got {section!r}", "env")
+    imports = tuple(import_env_modules(section.get("import")))
+    for key in section:
+        check_moved(f"env.{key}", moved)
+    env_id = section.get("id")
+    if env_id is None:
+        if needs_id:
+            raise ConfigError(f"env: needs an 'id' key ({needs_id})", "env")
+        return None
+    if not isinstance(env_id, (str, list)):
+        raise ConfigError(
+            f"env.id: expected an env id, an entry point or openenv://HOST:PORT, got {env_id!r}", "env.id"
+        )
+    resolved = _resolve_section_id(env_id)
+    given = env_constructor_kwargs(section)
+    settings_class = resolved.settings_class()
+    if settings_class is None:
+        out: EnvSection = EnvOptions(options=given)
+    else:
+        out = validate(build(with_section(settings_class), {**resolved.kwargs, **given}, "env", moved=moved),
+                       "env")
+    return out.bind(resolved.id if isinstance(env_id, list) else env_id, imports, tuple(given))

@@ -44,8 +44,11 @@ __all__ = [
     "describe",
     "field_docs",
     "num_field",
+    "read_field",
+    "read_options",
     "type_name",
     "validate",
+    "written",
 ]
 
 
@@ -112,7 +115,7 @@ def type_name(tp: Any) -> str:
     if tp in names:
         return names[tp]
     if origin is not None:
-        return {list: "list", dict: "mapping"}.get(origin, getattr(origin, "__name__", str(tp)))
+        return {list: "list", dict: "mapping", Mapping: "mapping"}.get(origin, getattr(origin, "__name__", str(tp)))
     return getattr(tp, "__name__", str(tp))
 
 
@@ -163,8 +166,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a list, got {value!r}", key)
         (item_tp,) = typing.get_args(tp) or (Any,)
         return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
+    if origin in (dict, Mapping):
+        if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}", key)
         return dict(value)
     if dataclasses.is_dataclass(tp):
@@ -193,7 +196,8 @@ def build(cls: type, data: Any, prefix: str = "", base: Any = None, moved: Mappi
 
     A section's keys are set over the section's default object, so a command's own defaults
     for a shared section (e.g. sft's ``optim.lr``) stay in force. ``moved`` maps dotted keys
-    written in the wrong place to where they belong.
+    written in the wrong place to where they belong. A field whose metadata has ``read`` (a
+    function ``(value, key, moved) -> object``, see :func:`read_field`) is built by it.
     """
     moved = moved or {}
     if data is None:
@@ -209,7 +213,10 @@ def build(cls: type, data: Any, prefix: str = "", base: Any = None, moved: Mappi
         if key not in fields:
             allowed = sorted(name for name in fields if _join(prefix, name) not in moved)
             raise ConfigError(f"unknown key {full!r}; allowed keys: {', '.join(allowed)}", full)
-        if dataclasses.is_dataclass(hints[key]):
+        reader = fields[key].metadata.get("read")
+        if reader is not None:  # a value whose type its own reader chooses (an env's settings by id)
+            kwargs[key] = reader(value, full, moved)
+        elif dataclasses.is_dataclass(hints[key]):
             section_base = getattr(base, key) if base is not None else _default(fields[key])
             kwargs[key] = build(hints[key], value, full, base=section_base, moved=moved)
         else:
@@ -218,6 +225,32 @@ def build(cls: type, data: Any, prefix: str = "", base: Any = None, moved: Mappi
 
 
 # --------------------------------------------------------------------- checking
+def read_field(reader: Any, default_factory: Any, doc_type: str = "mapping") -> Any:
+    """A field whose value :func:`build` gets from ``reader(value, key, moved)`` instead of from its
+    annotation: a section whose class depends on a key inside it (the ``env:`` section's class
+    is the settings class of its ``id``). :func:`describe` lists it as one setting of type
+    ``doc_type``, its default given by the value's ``section()`` when it has one."""
+    return field(default_factory=default_factory, metadata={"read": reader, "doc_type": doc_type})
+
+
+def read_options(cls: type, data: Mapping[str, Any] | None, prefix: str, base: Any = None,
+                 moved: Mapping[str, str] | None = None) -> Any:
+    """``cls`` built from the options ``data`` over ``base`` and checked (keys under ``prefix``),
+    remembering which keys were written (:func:`written`)."""
+    data = dict(data or {})
+    obj = validate(build(cls, data, prefix, base=base, moved=moved), prefix)
+    object.__setattr__(obj, "_written", tuple(data))  # not a field: frozen classes too
+    return obj
+
+
+def written(obj: Any) -> dict[str, Any]:
+    """The options of a :func:`read_options` object that were written (every field otherwise)."""
+    names = getattr(obj, "_written", None)
+    if names is None:
+        names = [f.name for f in dataclasses.fields(obj)]
+    return {name: getattr(obj, name) for name in names}
+
+
 def _check_field(f: dataclasses.Field, value: Any, key: str) -> None:
     range_: Range | None = f.metadata.get("range")
     length, min_length = f.metadata.get("length"), f.metadata.get("min_length")
@@ -297,6 +330,10 @@ def describe(obj: Any, prefix: str = "") -> list[Setting]:
     out: list[Setting] = []
     for f in dataclasses.fields(obj):
         value, key = getattr(obj, f.name), _join(prefix, f.name)
+        if "read" in f.metadata:  # one setting: its keys depend on its value (env: by its id)
+            default = value.section() if hasattr(value, "section") else value
+            out.append(Setting(key, f.metadata["doc_type"], default, docs.get(f.name, "")))
+            continue
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             out.extend(describe(value, key))
             continue
@@ -306,7 +343,8 @@ def describe(obj: Any, prefix: str = "") -> list[Setting]:
             allowed = f"{f.metadata['length']} entries, each {allowed}".strip(", ")
         if f.metadata.get("choices"):
             allowed = ", ".join(map(str, f.metadata["choices"]))
-        out.append(Setting(key, type_name(hints[f.name]), value, docs.get(f.name, ""), allowed))
+        kind = f.metadata.get("doc_type") or type_name(hints[f.name])
+        out.append(Setting(key, kind, value, docs.get(f.name, ""), allowed))
     return out
 
 

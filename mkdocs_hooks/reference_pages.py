@@ -115,6 +115,21 @@ def _entries(settings: list[Any], sections: bool = True) -> list[str]:
     return lines
 
 
+def _estimator_options() -> list[str]:
+    """Each built-in estimator's options, from its signature (``options_class``)."""
+    from corrgrpo.trainer.estimators import available_estimators, get_estimator
+    from corrgrpo.trainer.estimators.registry import options_class
+    from corrgrpo_registry.settings import describe
+
+    lines: list[str] = []
+    for name in available_estimators():
+        cls = options_class(get_estimator(name))
+        settings = describe(cls(), "algorithm.estimator_options") if cls.__dataclass_fields__ else []
+        lines += [f"### `{name}`", ""]
+        lines += _entries(settings, sections=False) if settings else ["No options.", ""]
+    return lines
+
+
 def config_markdown() -> str:
     """The configuration reference page, from the settings' dataclasses."""
     from corrgrpo.trainer.config import MOVED_KEYS, Config
@@ -139,6 +154,12 @@ def config_markdown() -> str:
         "Each loss reads the options it needs; `algorithm.loss_options: {clip_high: 0.28}`.",
         "",
         *_entries(describe(LossConfig(), "algorithm.loss_options"), sections=False),
+        "## Estimator options (`algorithm.estimator_options`)",
+        "",
+        "An estimator's options are its keyword-only parameters; another key is an error naming "
+        "it. `algorithm.estimator_options: {eps: 1e-4}`.",
+        "",
+        *_estimator_options(),
         "## `corrgrpo sft`",
         "",
         *_entries(describe(SFTConfig())),

@@ -477,13 +477,12 @@ def task_record(task: Any) -> TaskRecord:
                       tuple(task.data.get("expected_calls") or ()))
 
 
-def _source_tasks(env: Mapping[str, Any], split: str) -> list[Any]:
+def _source_tasks(env: Any, split: str) -> list[Any]:
+    """The tasks of the env settings ``env`` (a config's ``env``) on ``split``."""
     import corrgrpo_envs
-    from corrgrpo.trainer.config import env_constructor_kwargs
 
     # each data set's own prompts: the user turns as shipped, whatever layout training used
-    kwargs = {**env_constructor_kwargs(dict(env)), "split": split, "prompt_format": "source"}
-    made = corrgrpo_envs.make(env["id"], **kwargs)
+    made = corrgrpo_envs.make(env, split=split, prompt_format="source")
     try:
         return list(made.unwrapped.tasks)
     finally:
@@ -507,13 +506,13 @@ def train_records(config: Path) -> tuple[list[TaskRecord], str]:
         if sft.data.source != "env":
             raise SystemExit(f"--train {config}: data.source={sft.data.source!r}; only data.source=env is read")
         tasks = _source_tasks(sft.env, sft.data.train_split)[: sft.data.max_examples or None]
-        what = f"SFT, env.dataset={sft.env.get('dataset')!r} split {sft.data.train_split}"
+        what = f"SFT, env.dataset={sft.env.dataset!r} split {sft.data.train_split}"
     else:
         from corrgrpo.trainer.config import load_config
 
         cfg = load_config(config)
         tasks = _source_tasks(cfg.env, cfg.train.split)
-        what = f"RL, env.dataset={cfg.env.get('dataset')!r} split {cfg.train.split}"
+        what = f"RL, env.dataset={cfg.env.dataset!r} split {cfg.train.split}"
     return [task_record(t) for t in tasks], f"{what}: {len(tasks)} tasks"
 
 

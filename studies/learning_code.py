@@ -65,7 +65,7 @@ def longest_prompt_first(cfg: Any, source: str) -> list[str]:
     import corrgrpo_envs
     from corrgrpo.agents.models import load_tokenizer
 
-    env = corrgrpo_envs.make(cfg.env["id"], **{**{k: v for k, v in cfg.env.items() if k != "id"}, "split": "all"})
+    env = corrgrpo_envs.make(cfg.env, split="all")
     try:
         tokenizer = load_tokenizer(cfg.model.name_or_path if source == "base" else source)
         lengths = {}

@@ -129,7 +129,7 @@ def data_config(config: Path, data: str, out: Path, overrides: list[str] = ()) -
     cfg = load_config(config, selects + list(overrides))
     if data != "generated":
         # the generator's options (prompt style, distractor tools) mean nothing to the file loaders
-        cfg.env.pop("dataset_options", None)
+        cfg.env.dataset_options = None
     return cfg, split
 
 
@@ -137,7 +137,7 @@ def data_env(cfg: Any, split: str) -> Any:
     """The (unwrapped) env of ``cfg`` on ``split``."""
     import corrgrpo_envs
 
-    return corrgrpo_envs.make(cfg.env["id"], **{**{k: v for k, v in cfg.env.items() if k != "id"}, "split": split}).unwrapped
+    return corrgrpo_envs.make(cfg.env, split=split).unwrapped
 
 
 def mark_call_tasks(config: Path, results: list[dict[str, Any]], out: Path) -> None:
@@ -196,7 +196,6 @@ def generated_train_duplicates(config: Path) -> tuple[set[str], set[str]]:
     from corrgrpo.trainer.config import load_config
 
     cfg = load_config(config, [])
-    kwargs = {k: v for k, v in cfg.env.items() if k not in ("id", "split")}
 
     def key(task: Any) -> str:
         user = [m["content"] for m in task.data["messages"] if m["role"] == "user"]
@@ -204,7 +203,7 @@ def generated_train_duplicates(config: Path) -> tuple[set[str], set[str]]:
 
     splits = {}
     for split in ("train", "eval"):
-        env = corrgrpo_envs.make(cfg.env["id"], **{**kwargs, "split": split}).unwrapped
+        env = corrgrpo_envs.make(cfg.env, split=split).unwrapped
         splits[split] = list(env.tasks)
         env.close()
     train_keys = {key(t) for t in splits["train"]}

@@ -59,12 +59,12 @@ def _rl_config(overrides: list[str] | None = None) -> Any:
     return load_config(RL_CONFIG, overrides or [])
 
 
-def corpus(env_kwargs: dict[str, Any]) -> list[str]:
-    """The tokenizer's corpus: every train-split task's prompt messages and reference answer."""
+def corpus(env_settings: Any, **overrides: Any) -> list[str]:
+    """The tokenizer's corpus: every train-split task's prompt messages and reference answer, of
+    the env settings ``env_settings`` (a config's ``env``) with ``overrides``."""
     import corrgrpo_envs
 
-    kwargs = {k: v for k, v in env_kwargs.items() if k != "id"}
-    env = corrgrpo_envs.make(env_kwargs["id"], split="train", **kwargs).unwrapped
+    env = corrgrpo_envs.make(env_settings, **{**overrides, "split": "train"}).unwrapped
     texts = []
     for task in env.tasks:
         texts += [m["content"] for m in task["messages"]]
@@ -73,14 +73,14 @@ def corpus(env_kwargs: dict[str, Any]) -> list[str]:
     return texts
 
 
-def build_init_model(path: Path, env: dict[str, Any] | None = None) -> Path:
+def build_init_model(path: Path, env: Any = None, **overrides: Any) -> Path:
     """Build (once) the random-init model and its tokenizer, trained on the corpus of ``env``
-    (default: the study config's env section), into ``path``."""
+    (env settings; default: the study config's env), ``overrides`` over them, into ``path``."""
     from corrgrpo.agents.models import build_tiny_model
 
     if (path / "config.json").exists():
         return path
-    model, tokenizer = build_tiny_model(seed=0, corpus=corpus(env or _rl_config().env), **MODEL_SIZE)
+    model, tokenizer = build_tiny_model(seed=0, corpus=corpus(env or _rl_config().env, **overrides), **MODEL_SIZE)
     tokenizer.chat_template = CHAT_TEMPLATE
     tmp = path.with_name(path.name + ".tmp")
     model.save_pretrained(tmp)

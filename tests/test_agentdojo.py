@@ -523,8 +523,8 @@ def test_fast_environment_parse_equals_agentdojos(env, suite_name):
 def test_configs(name):
     config_module = pytest.importorskip("corrgrpo.trainer.config")
     cfg = config_module.load_config(f"env_configs/{name}")
-    assert cfg.env["id"] == "corrgrpo/AgentDojo-v0"
-    assert "max_turns" not in cfg.env  # the trainer's rollout.max_turns reaches the env
+    assert cfg.env.id == "corrgrpo/AgentDojo-v0"
+    assert "max_turns" not in cfg.env.given  # the trainer's rollout.max_turns reaches the env
     e = corrgrpo_envs.make(f"env_configs/{name}", split=cfg.train.split, max_turns=cfg.rollout.max_turns)
     if name == "agentdojo.yaml":
         assert cfg.model.name_or_path == "Qwen/Qwen2.5-3B-Instruct"

@@ -368,4 +368,4 @@ def test_paste_probes_hold(name):
 @needs_agentdojo
 def test_the_paper_config_turns_the_guard_off():
     config = pytest.importorskip("corrgrpo.trainer.config")
-    assert config.load_config("env_configs/agentdojo.yaml").env["paste_guard"] is False
+    assert config.load_config("env_configs/agentdojo.yaml").env.paste_guard is False

@@ -166,7 +166,9 @@ def test_registry_make_and_yaml(tmp_path):
     ids = corrgrpo_envs.registered_ids()
     for name in ("ScaleDominance", "Code", "ToolCall", "AgentDojo"):
         assert f"corrgrpo/{name}-v0" in ids
-    env = corrgrpo_envs.make("scale_dominance.yaml", num_tasks=5)
+    from corrgrpo.trainer.config import CONFIG_DIR
+
+    env = corrgrpo_envs.make(CONFIG_DIR / "scale_dominance.yaml", num_tasks=5)
     assert len(env.unwrapped.task_ids) == 5
     assert gym.make("corrgrpo/ScaleDominance-v0").unwrapped.reward_names[0] == "digits"
     cfg = tmp_path / "c.yaml"

@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import typing
 from pathlib import Path
 
 import pytest
 
 import corrgrpo_envs
-from corrgrpo_envs.core import MultiRewardEnv
 from corrgrpo_envs.registry import resolve
 from corrgrpo_envs.settings import EnvSettings
 from corrgrpo_registry.settings import ConfigError
@@ -30,21 +30,38 @@ def _plain(value):
     return list(value) if isinstance(value, tuple) else value
 
 
-@pytest.mark.parametrize("env_id", sorted(DOMAINS))
-def test_the_settings_are_the_constructors_parameters_with_its_defaults(env_id):
+@pytest.mark.parametrize("env_id", sorted({**DOMAINS, "corrgrpo/Regime-v0": "toy"}))
+def test_the_constructor_takes_exactly_the_settings_fields(env_id):
+    """Each setting is declared once, in the settings class: the constructor takes a settings
+    object or keyword arguments, and reads them through the class (no parameter list of its own)."""
     resolved = resolve(env_id)
     settings, factory = resolved.settings_class(), resolved.factory()
-    assert settings.__module__ == f"corrgrpo_envs.{DOMAINS[env_id]}.settings"
-    assert issubclass(settings, EnvSettings) and resolved.settings == f"{settings.__module__}:{settings.__name__}"
-    params = dict(inspect.signature(factory).parameters)
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):  # the rest goes to MultiRewardEnv
-        base = inspect.signature(MultiRewardEnv.__init__).parameters
-        params.update({name: base[name] for name in ("max_action_chars", "render_mode")})
-    params = {k: p for k, p in params.items() if p.kind is not p.VAR_KEYWORD}
-    defaults = settings()
-    assert {f.name for f in dataclasses.fields(settings)} == set(params)
-    for name, param in params.items():
-        assert getattr(defaults, name) == _plain(param.default), name
+    module = f"corrgrpo_envs.{DOMAINS.get(env_id, 'toy')}.settings"
+    assert settings.__module__ == module and issubclass(settings, EnvSettings)
+    assert resolved.settings == f"{module}:{settings.__name__}"
+    params = inspect.signature(factory).parameters
+    assert [(p.name, p.kind) for p in params.values()] == [
+        ("settings", inspect.Parameter.POSITIONAL_OR_KEYWORD), ("kwargs", inspect.Parameter.VAR_KEYWORD)]
+    assert typing.get_type_hints(factory.__init__)["settings"] == settings | None
+    # every field is accepted under its own name, any other name is refused before anything is built
+    fields = {f.name for f in dataclasses.fields(settings)}
+    assert {"max_action_chars", "render_mode", "split"} <= fields
+    with pytest.raises(ConfigError, match=r"^unknown key 'no_such_setting'; allowed keys: ") as info:
+        factory(no_such_setting=1)
+    assert set(str(info.value).split("allowed keys: ")[1].split(", ")) == fields
+
+
+def test_the_env_reads_a_settings_object_or_its_fields_alike():
+    from corrgrpo_envs.toy.env import ScaleDominanceEnv
+    from corrgrpo_envs.toy.settings import ToySettings
+
+    by_object = ScaleDominanceEnv(ToySettings(num_tasks=3, letter="b"))
+    by_keywords = ScaleDominanceEnv(num_tasks=3, letter="b")
+    over = ScaleDominanceEnv(ToySettings(num_tasks=3, letter="b"), num_tasks=2)
+    assert by_object.task_ids == by_keywords.task_ids and len(over.task_ids) == 2
+    assert by_object.reward_names == by_keywords.reward_names
+    with pytest.raises(TypeError, match="ToySettings"):
+        ScaleDominanceEnv(object())
 
 
 def test_the_openenv_settings_are_the_clients_parameters_with_its_defaults():
@@ -141,7 +158,8 @@ def test_the_trainer_gives_max_turns_to_envs_that_take_it(tmp_path):
     assert env_kwargs(dojo)["max_turns"] == 4
     toy = config_from_dict({"env": {"id": "corrgrpo/ScaleDominance-v0", "num_tasks": 3},
                             "rollout": {"max_turns": 4}})
-    assert env_kwargs(toy) == {"num_tasks": 3, "split": "train"}
+    assert env_kwargs(toy) == {**toy.env.kwargs(), "num_tasks": 3, "split": "train"}
+    assert "max_turns" not in env_kwargs(toy)
 
 
 def test_an_env_without_settings_gets_its_keyword_arguments_as_before(tmp_path, monkeypatch):
@@ -160,6 +178,7 @@ def test_an_env_without_settings_gets_its_keyword_arguments_as_before(tmp_path, 
         cfg = config_from_dict({"env": {"id": "user/Untyped-v0", "n": 3, "anything": 1},
                                 "rollout": {"max_turns": 2}})  # not checked: no settings
         assert env_kwargs(cfg) == {"n": 3, "anything": 1, "split": "train", "max_turns": 2}
+        assert type(cfg.env).__name__ == "EnvOptions" and cfg.env.id == "user/Untyped-v0"
     finally:
         restore()
         import gymnasium as gym

@@ -86,7 +86,7 @@ def test_train_quickstart_by_name_from_any_folder_of_an_installed_wheel(wheel, t
         return subprocess.run([sys.executable, *argv], cwd=work, env=env, capture_output=True,
                               text=True, timeout=580)
 
-    where = run("-c", "import corrgrpo.trainer as t, corrgrpo_envs.registry as r; "
+    where = run("-c", "import corrgrpo.trainer as t, corrgrpo.trainer.config as r; "
                       "print(t.__file__); print(r.resolve_config_path('quickstart.yaml'))")
     assert where.returncode == 0, where.stderr
     module, config = where.stdout.split()

@@ -241,7 +241,7 @@ def test_a_registered_id_from_an_imported_module_resolves(tmp_path, zero_env_mod
     env_id, module = zero_env_module
     assert env_id not in corrgrpo_envs.registered_ids()
     cfg = load_config(None, [f"env.id={env_id}", f"env.import=[{module}]"])
-    assert env_id in corrgrpo_envs.registered_ids() and cfg.env["import"] == [module]
+    assert env_id in corrgrpo_envs.registered_ids() and cfg.env.imports == (module,)
     from corrgrpo.trainer.setup import build_vector_env, env_kwargs
 
     assert "import" not in env_kwargs(cfg)  # the trainer's key, not the env's keyword argument

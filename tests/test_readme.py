@@ -23,7 +23,7 @@ def _tour() -> list[list[str]]:
 
 def test_the_tour_is_ten_lines_of_real_commands_and_configs():
     from corrgrpo.trainer.cli import COMMANDS
-    from corrgrpo_envs.registry import CONFIG_DIR
+    from corrgrpo.trainer.config import CONFIG_DIR
 
     tour = _tour()
     assert len(tour) <= 10, len(tour)

@@ -64,5 +64,5 @@ def test_the_shipped_config_of_each_regime_loads(regime):
     from corrgrpo.trainer.config import load_config
 
     cfg = load_config(f"arena/{regime}.yaml")
-    assert cfg.env["id"] == "corrgrpo/Regime-v0" and cfg.env["regime"] == regime
+    assert cfg.env.id == "corrgrpo/Regime-v0" and cfg.env.regime == regime
     assert cfg.algorithm.estimator == "grpo" and cfg.train.split == "train"

@@ -188,8 +188,13 @@ def test_a_yaml_file_resolves_to_the_env_its_section_names(tmp_path, user_module
     assert r.target is not None and r.target.kind == "entry_point" and r.accepts("max_turns")
     assert len(r.make().unwrapped.task_ids) == 4
     assert len(r.make(n=2).unwrapped.task_ids) == 2  # overrides win over the file
-    shipped = resolve("scale_dominance.yaml")  # a name in env_configs/
+    from corrgrpo.trainer.config import resolve_config_path
+
+    # the env registry reads an explicit YAML path; finding a shipped config by name is the trainer's
+    shipped = resolve(resolve_config_path("scale_dominance.yaml"))
     assert shipped.kind == "yaml" and shipped.target.kind == "registered"
+    with pytest.raises(FileNotFoundError, match="scale_dominance.yaml"):
+        resolve("scale_dominance.yaml")
 
 
 def test_openenv_servers_resolve_to_their_urls_without_a_connection():
@@ -274,3 +279,33 @@ def test_no_other_module_reads_env_ids():
         if path.name != "registry.py" and pattern.search(path.read_text())
     ]
     assert offenders == []
+
+
+def test_the_openenv_scheme_is_written_once_in_the_library():
+    """``openenv://`` is one constant (``corrgrpo_envs.integrations.OPENENV_SCHEME``): every other
+    module names it, so the registry and the client cannot read env ids differently."""
+    import ast
+
+    found = []
+    for package in ("corrgrpo_envs", "corrgrpo_registry", "corrgrpo_sandbox", "trainer", "agents"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Constant) and node.value == "openenv://":
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == ["corrgrpo_envs/integrations/__init__.py:13"]
+    from corrgrpo_envs.integrations import OPENENV_SCHEME
+    from corrgrpo_envs.registry import OPENENV_SCHEME as in_registry
+
+    assert in_registry is OPENENV_SCHEME
+
+
+def test_one_import_line_serves_a_trl_user_without_trl_imported():
+    """``CorrGRPOTrainer`` and the env adapter ``for_trl`` come from one module, which imports
+    without TRL (the trainer class is built on first access)."""
+    code = ("import sys; from corrgrpo.trainer.integrations import trl as m; "
+            "from corrgrpo_envs.integrations.trl import TRLSetup, for_trl; "
+            "assert m.for_trl is for_trl and m.TRLSetup is TRLSetup; "
+            "assert {'for_trl', 'TRLSetup', 'CorrGRPOTrainer'} <= set(m.__all__); "
+            "assert 'trl' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})

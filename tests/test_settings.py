@@ -92,7 +92,7 @@ def test_errors_name_the_override(tmp_path):
     with pytest.raises(ConfigError, match=re.escape("override 'model.lora.dropout=1': model.lora.dropout: 1.0 is out")):
         load_sft_config(_write(tmp_path, SFT_YAML.format(batch_size=2), "sft.yaml"), ["model.lora.dropout=1"])
     with pytest.raises(ConfigError, match=re.escape(
-            "override 'algorithm.loss_options.clip_low=2': algorithm.loss_options.clip_low: 2 is out of range")):
+            "override 'algorithm.loss_options.clip_low=2': algorithm.loss_options.clip_low: 2.0 is out of range")):
         load_config(path, ["algorithm.loss_options.clip_low=2"])
     with pytest.raises(ConfigError, match=re.escape(
             "override 'algorithm.loss_agg_mode=mean': algorithm.loss_agg_mode: 'mean' is not allowed; "
@@ -139,7 +139,7 @@ def test_env_id_rules_are_the_same_in_both_commands():
     from corrgrpo.trainer.sft import sft_config_from_dict
 
     cfg = config_from_dict({"env": {"id": ["openenv://a:1", "openenv://b:2"]}})
-    assert cfg.env["id"] == "openenv://a:1,openenv://b:2"
+    assert cfg.env.id == "openenv://a:1,openenv://b:2"
     for build in (config_from_dict, sft_config_from_dict):
         with pytest.raises(ConfigError, match=re.escape("env.id: a list must hold openenv://HOST:PORT addresses")):
             build({"env": {"id": ["corrgrpo/ToolCall-v0"]}})

@@ -306,15 +306,15 @@ def test_config_errors_name_the_key(tmp_path, data):
     with pytest.raises(ConfigError, match="env.split: this setting belongs in data.train_split"):
         sft_config_from_dict({"env": {"id": "corrgrpo/ToolCall-v0", "split": "train"}})
     with pytest.raises(ConfigError, match="model.lora.r: expected an integer"):
-        sft_config_from_dict({"env": {"id": "x"}, "model": {"lora": {"r": "big"}}})
+        sft_config_from_dict({"env": {"id": "corrgrpo/ToolCall-v0"}, "model": {"lora": {"r": "big"}}})
     with pytest.raises(ConfigError, match=r"model.lora.alpha: 0.0 is out of range; allowed: > 0"):
-        sft_config_from_dict({"env": {"id": "x"}, "model": {"lora": {"alpha": 0}}})
+        sft_config_from_dict({"env": {"id": "corrgrpo/ToolCall-v0"}, "model": {"lora": {"alpha": 0}}})
     with pytest.raises(ConfigError, match=r"model.lora.target_modules: \[\] has 0 entries; allowed: at least 1"):
-        sft_config_from_dict({"env": {"id": "x"}, "model": {"lora": {"r": 4, "target_modules": []}}})
+        sft_config_from_dict({"env": {"id": "corrgrpo/ToolCall-v0"}, "model": {"lora": {"r": 4, "target_modules": []}}})
     with pytest.raises(ConfigError, match="unknown key 'model.lora.rank'"):
-        sft_config_from_dict({"env": {"id": "x"}, "model": {"lora": {"rank": 4}}})
+        sft_config_from_dict({"env": {"id": "corrgrpo/ToolCall-v0"}, "model": {"lora": {"rank": 4}}})
     with pytest.raises(ConfigError, match=r"train.batch_size: 0 is out of range; allowed: >= 1"):
-        sft_config_from_dict({"env": {"id": "x"}, "train": {"batch_size": 0}})
+        sft_config_from_dict({"env": {"id": "corrgrpo/ToolCall-v0"}, "train": {"batch_size": 0}})
     # every number is range-checked, non-finite values and list lengths included
     for section, key, value, message in [
         ("optim", "lr", float("inf"), r"optim.lr: inf is out of range; allowed: > 0"),
@@ -325,10 +325,10 @@ def test_config_errors_name_the_key(tmp_path, data):
         ("data", "eval_fraction", 1.0, r"data.eval_fraction: 1.0 is out of range; allowed: >= 0 and < 1"),
     ]:
         with pytest.raises(ConfigError, match=message):
-            sft_config_from_dict({"env": {"id": "x"}, section: {key: value}})
+            sft_config_from_dict({"env": {"id": "corrgrpo/ToolCall-v0"}, section: {key: value}})
     for path in ("env_configs/sft_toolcall_tiny.yaml", "studies/configs/sft_toolcall_smollm2.yaml"):
         cfg = load_sft_config(ROOT / path, ["train.steps=3"])
-        assert cfg.data.source == "env" and cfg.env["id"] == "corrgrpo/ToolCall-v0" and cfg.train.steps == 3
+        assert cfg.data.source == "env" and cfg.env.id == "corrgrpo/ToolCall-v0" and cfg.train.steps == 3
 
 
 def test_sft_command_then_train_from_its_model(tmp_path, capsys):

@@ -33,9 +33,8 @@ def test_study_setting_trains_one_step_and_evaluates(tmp_path):
 
     torch.set_num_threads(1)
     cfg = study_toolcall._rl_config()
-    assert cfg.env["dataset_options"] == {"max_extra_tools": 1, "prompt": "short"}
-    env = dict(cfg.env, num_tasks=24)
-    init = study_toolcall.build_init_model(tmp_path / "init", env=env)
+    assert cfg.env.dataset_options == {"max_extra_tools": 1, "prompt": "short"}
+    init = study_toolcall.build_init_model(tmp_path / "init", env=cfg.env, num_tasks=24)
     _, tokenizer = __import__("corrgrpo.agents.models", fromlist=["load_model"]).load_model(str(init))
     assert tokenizer.chat_template == study_toolcall.CHAT_TEMPLATE
     run = tmp_path / "run"

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corrgrpo.trainer.config import load_config
+from corrgrpo.trainer.config import load_config, resolve_config_path
 from corrgrpo.trainer.run_queue import QueuedRun, run_all, run_one, threads_per_run
-from corrgrpo_envs.registry import resolve_config_path
 
 __all__ = ["ArenaPlan", "BASELINE", "plan_arena", "regime_configs", "run_arena", "scheduler_commands"]
 

@@ -75,7 +75,8 @@ def _bounds(config: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
     from corrgrpo.trainer.config import load_config
     from corrgrpo.trainer.setup import env_kwargs
 
-    env = corrgrpo_envs.make(load_config(config).env["id"], **env_kwargs(load_config(config), "eval"))
+    cfg = load_config(config)
+    env = corrgrpo_envs.make(cfg.env.id, **env_kwargs(cfg, "eval"))
     try:
         u = env.unwrapped
         return list(u.reward_names), u.reward_space.low.astype(np.float64), u.reward_space.high.astype(np.float64)
@@ -194,7 +195,7 @@ def check_advice(plan: ArenaPlan, result: dict[str, Any]) -> dict[str, Any]:
 
 def _goal(cfg: Any) -> str:
     """What a good estimator should do in the regime, when its env says (Regime-v0 does)."""
-    regime = cfg.env.get("regime")
+    regime = getattr(cfg.env, "regime", None)
     if regime is None:
         return ""
     from corrgrpo_envs.toy.regimes import REGIMES

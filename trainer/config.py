@@ -1,4 +1,4 @@
-"""Training configuration: dataclasses with a docstring and an allowed range per field.
+"""Training configuration: what a run config holds, how it is read and how it is checked.
 
 A run is described by a YAML file (see ``env_configs/``) with the sections
 ``env``, ``model``, ``algorithm``, ``rollout``, ``optim`` and ``train``, and
@@ -13,29 +13,46 @@ under ``env:`` is an error that names the right key. Unknown keys, values of the
 wrong type, numbers out of range (non-finite ones included), duplicated YAML keys
 and options an estimator or loss does not take are errors that name the key (and
 file and line) and what is allowed.
+
+Each setting is declared once: the sections in :mod:`corrgrpo.trainer.config_sections`, the
+``env:`` keys in the env's settings class (``Config.env`` is that class's object, chosen by
+``env.id``), the estimator's options as its keyword-only parameters and the loss's as its
+``LossConfig``. This module is the public face: reading (:mod:`corrgrpo.trainer.config_files`)
+and the rules between settings (:mod:`corrgrpo.trainer.config_rules`) live beside it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any
 
-from corrgrpo.trainer.lora import LoraConfig
-from corrgrpo.trainer.loss_aggregation import AGG_MODES
-from corrgrpo_registry import import_error_hint
-from corrgrpo_registry.settings import (
-    ConfigError,
-    Range,
-    build,
-    check_moved,
-    env_constructor_kwargs,
-    num_field,
-    validate,
+from corrgrpo.trainer.config_files import (
+    CONFIG_DIR,
+    apply_overrides,
+    load_settings,
+    read_config_data,
+    read_config_source,
+    resolve_config_path,
 )
-from corrgrpo_registry.yaml_files import load_yaml_text, load_yaml_with_lines
+from corrgrpo.trainer.config_rules import MOVED_KEYS, read_estimator_options, read_loss_options
+from corrgrpo.trainer.config_sections import (
+    DEFAULT_ENV_ID,
+    LOSS_AGG_MODES,
+    TRACKERS,
+    AlgorithmConfig,
+    Config,
+    ModelConfig,
+    OptimConfig,
+    OptimizerConfig,
+    RolloutConfig,
+    RolloutServerConfig,
+    RunConfig,
+    TrainConfig,
+)
+from corrgrpo_envs.registry import import_env_modules, read_env_section
+from corrgrpo_envs.settings import EnvOptions, EnvSection, EnvSettings
+from corrgrpo_registry.settings import ConfigError, Range, build, num_field, validate, written
 
 __all__ = [
     "Config",
@@ -48,592 +65,45 @@ __all__ = [
     "RunConfig",
     "TrainConfig",
     "ConfigError",
+    "CONFIG_DIR",
+    "DEFAULT_ENV_ID",
+    "EnvOptions",
+    "EnvSection",
+    "EnvSettings",
     "LOSS_AGG_MODES",
     "MOVED_KEYS",
+    "TRACKERS",
     "Range",
     "num_field",
     "load_config",
     "load_settings",
     "read_config_data",
     "read_config_source",
+    "resolve_config_path",
     "config_from_dict",
     "apply_overrides",
     "config_to_dict",
-    "env_constructor_kwargs",
     "import_env_modules",
+    "read_env_section",
+    "read_estimator_options",
+    "read_loss_options",
 ]
 
 
-#: How per-token loss terms become one number (verl's ``loss_agg_mode``): the loss module's list.
-LOSS_AGG_MODES = AGG_MODES
-#: Accelerate's trackers (``accelerate.tracking.LOGGER_TYPE_TO_CLASS``), named here so that a
-#: config is checked before Accelerate (and torch) are imported; ``none`` turns them off.
-TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio", "comet_ml", "aim", "clearml", "dvclive", "swanlab", "none")
-
-_ANY = Range()
-_POSITIVE_INT = Range(low=1)
-_NON_NEGATIVE = Range(low=0)
-
-
-@dataclass
-class ModelConfig:
-    name_or_path: str = "tiny"
-    """Hub id or local path of a causal LM, or a built-in: ``tiny`` (random-init Qwen2 with a
-    tokenizer trained on the fly), ``tiny-anchor`` (the TRL anchor's model), ``smollm2-135m``."""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Parameter dtype for training."""
-    tokenizer_file: str | None = None
-    """Tokenizer JSON for ``tiny-anchor`` (default: the anchor tokenizer of the shared folder)."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass to save memory."""
-    lora: LoraConfig = field(default_factory=LoraConfig)
-    """LoRA adapters through ``peft`` (``r``, ``alpha``, ``dropout``, ``target_modules``); off
-    while ``r`` is 0. Only the adapters train; saved models are merged plain folders."""
-
-
-@dataclass
-class AlgorithmConfig:
-    estimator: str = "corrgrpo"
-    """Advantage estimator: ``corrgrpo``, ``grpo``, ``dr_grpo``, ``gdpo``, ``mo_grpo``, ``gdpo_corr``,
-    ``rloo``, ``reinforce_pp``, one registered with ``corrgrpo.trainer.estimators.register_estimator``, or
-    an entry point ``package.module:function``."""
-    estimator_options: dict[str, Any] = field(default_factory=dict)
-    """Keyword options of the estimator (e.g. ``{scale: batch}`` for grpo, ``{eps: 1e-6}``)."""
-    loss: str = "grpo"
-    """Policy loss: ``grpo`` (PPO clip), ``dapo``, ``dr_grpo``, ``cispo``, ``gspo``, a registered
-    one, or an entry point ``package.module:function``."""
-    loss_options: dict[str, Any] = field(default_factory=dict)
-    """Hyper-parameters of the loss, fields of its ``LossConfig`` (default: the loss's paper
-    values): ``clip_low``, ``clip_high``, ``dual_clip``, ``cispo_clip_low``,
-    ``max_completion_length``."""
-    loss_agg_mode: Literal[LOSS_AGG_MODES] | None = None
-    """How per-token terms are averaged (default: the loss's own): ``token-mean`` over all
-    tokens of the batch, ``seq-mean-token-sum`` (each sequence's token sum, mean over
-    sequences), ``seq-mean-token-mean`` (each sequence's token mean, mean over sequences),
-    ``seq-mean-token-sum-norm`` (token sums over the maximum completion length, Dr. GRPO)."""
-    tis_cap: float | None = num_field(None, Range(low=1))
-    """Truncated importance sampling: weight each token's policy term by
-    ``min(pi_train / pi_sampler, tis_cap)`` with the sampler's own log-probabilities, which
-    corrects for a rollout engine whose numbers differ from the trainer's (None: off)."""
-    group_size: int = num_field(8, Range(low=2, note="(group estimators need 2 rollouts per task)"))
-    """G: rollouts per task."""
-    prompts_per_step: int = num_field(8, _POSITIVE_INT)
-    """P: tasks per optimizer step (over all processes)."""
-    reward_weights: list[Any] | dict[str, Any] | None = None
-    """Weights of the reward components (default: the environment's): a list with one entry per
-    component or a mapping by component name; an entry is a number or a piecewise-linear
-    schedule over steps ``{values: [[0, 0.5], [100, 1.5]]}`` (``corrgrpo.trainer.estimators.reward_weights``)."""
-    reward_gates: dict[str, Any] = field(default_factory=dict)
-    """Gated components: ``{correct: [format, compile]}`` scores ``correct`` at its lower bound
-    unless every gate is at its upper bound; ``{correct: {format: 1.0, compile: 0.5}}`` gives
-    each gate a threshold (``corrgrpo.trainer.estimators.reward_gates``). Applied to the raw reward vectors."""
-    kl_beta: float = num_field(0.0, _NON_NEGATIVE)
-    """Weight of the k3 KL penalty against a frozen copy of the initial model (0: no reference)."""
-    dynamic_sampling: bool | None = None
-    """Drop groups whose raw reward vectors are all equal and sample more (default: on for dapo)."""
-    max_resample_rounds: int = num_field(3, _NON_NEGATIVE)
-    """How many extra rounds of sampling dynamic sampling may use to fill the batch."""
-    overlong_buffer: int | None = num_field(None, _POSITIVE_INT)
-    """DAPO overlong shaping: buffer length L_cache in tokens; adds an ``overlong`` reward
-    component that falls from 0 to -1 as a turn's length goes from ``rollout.max_new_tokens -
-    overlong_buffer`` to ``rollout.max_new_tokens`` (the per-turn budget, the longest turn counts)."""
-    overlong_weight: float = num_field(1.0, _ANY)
-    """Weight of the ``overlong`` component."""
-
-
-@dataclass
-class RolloutServerConfig:
-    """The ``server`` rollout backend: ``vllm serve`` processes reached over HTTP."""
-
-    urls: list[str] = field(default_factory=list)
-    """API roots of the servers, e.g. ``[http://10.0.0.2:8000/v1, http://10.0.0.3:8000/v1]``
-    (``scripts/vllm_serve.sh`` starts them); requests are spread over them."""
-    model: str | None = None
-    """The served model name (default: the first one the first server lists)."""
-    concurrency: int = num_field(32, _POSITIVE_INT)
-    """Most requests in flight per server."""
-    timeout: float = num_field(300.0, Range(low=0, low_open=True))
-    """Seconds per request attempt (and per weight-push call)."""
-    retries: int = num_field(2, _NON_NEGATIVE)
-    """Extra attempts of a failed request (timeouts, connection errors, 429, 5xx), each on the
-    next server."""
-    generation_retries: int = num_field(1, _NON_NEGATIVE)
-    """After a request failed for good: how many times to wait for the servers to answer again
-    (``recovery_timeout``), bring their weights up to date and generate the turn again
-    (0: the run stops with an error naming the server; its last checkpoint stays intact)."""
-    recovery_timeout: float = num_field(120.0, _NON_NEGATIVE)
-    """Seconds to wait for a failed server to answer its health check again."""
-    startup_timeout: float = num_field(600.0, _NON_NEGATIVE)
-    """Seconds to wait for every server to come up when the run starts."""
-    weights_dir: str | None = None
-    """Folder the trainer writes each step's weights (safetensors) into, readable by every
-    server (a shared file system across machines; default: a temporary folder)."""
-    server_weights_dir: str | None = None
-    """The same folder as the servers see it, when it is mounted elsewhere there."""
-    weight_sync: Literal["disk", "nccl"] = "disk"
-    """How weights reach the servers after each step: ``disk`` (safetensors in ``weights_dir``,
-    reloaded in place through ``/collective_rpc``; any device) or ``nccl`` (vLLM's NCCL weight
-    transfer from the trainer's GPU; servers started with ``WEIGHT_TRANSFER=nccl``)."""
-    nccl_address: str | None = None
-    """``nccl``: the trainer's address the servers can reach (the NCCL rendezvous host)."""
-    nccl_port: int = num_field(29600, Range(low=1, high=65535))
-    """``nccl``: rendezvous port of the first server's group (server i: this + i)."""
-
-
-@dataclass
-class RolloutConfig:
-    max_new_tokens: int = num_field(32, _POSITIVE_INT)
-    """Maximum tokens generated per turn."""
-    temperature: float = num_field(1.0, _NON_NEGATIVE)
-    """Sampling temperature (0: greedy)."""
-    top_p: float = num_field(1.0, Range(low=0, high=1, low_open=True))
-    """Nucleus sampling threshold."""
-    stop: list[str] = field(default_factory=list)
-    """Stop strings that end a turn."""
-    max_turns: int = num_field(1, _POSITIVE_INT)
-    """Turns per episode; also given to envs whose constructor takes ``max_turns``."""
-    backend: str = "hf"
-    """Rollout engine: ``hf`` (transformers ``generate`` on the training model), ``vllm``
-    (a colocated vLLM engine) or ``server`` (``vllm serve`` processes, see ``rollout.server``);
-    others register in ``corrgrpo.trainer.engines``."""
-    vllm_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of ``vllm.LLM`` for the ``vllm`` backend (``gpu_memory_utilization``,
-    ``max_model_len``, ``enforce_eager``, ``enable_sleep_mode``, ...)."""
-    server: RolloutServerConfig = field(default_factory=RolloutServerConfig)
-    """The ``server`` backend's servers, timeouts, retries and weights folder."""
-    groups_per_generate: int | None = num_field(None, _POSITIVE_INT)
-    """Groups per generation call (default: all of a process's groups in one call). Setting 1
-    makes sampling independent of how groups are spread over processes."""
-    reward_workers: int = num_field(1, _POSITIVE_INT)
-    """Parallel workers that compute rewards (code execution and AgentDojo checks are costly)."""
-    reward_executor: Literal["thread", "process"] = "thread"
-    """Pool kind for reward workers."""
-    hf_decoder: Literal["auto", "static", "generate"] = "auto"
-    """How the ``hf`` backend decodes: ``auto`` (a loop with a preallocated KV cache for
-    Qwen2/Llama/Mistral models, same draws as ``generate`` and faster; ``generate`` for
-    others), ``static`` (that loop; an error for other models) or ``generate``."""
-    hf_share_prompts: bool = True
-    """The ``hf`` backend prefills each distinct prompt of a generation call once (a group's G
-    rollouts share one); with the static decoder and groups of equal size each decode step then
-    reads that prompt's key/value cache once per group (otherwise the cache is copied to the
-    rows that repeat it): the same draws and, within float rounding, the same logprobs as one
-    prefill per row, at a fraction of the prefill's cost (prompts of 64 tokens or more;
-    BENCHMARKS.md). ``false``: one prefill per row."""
-    torch_threads: int | None = num_field(None, _POSITIVE_INT)
-    """Torch threads per process (default: this process's share of the cores minus its
-    reward worker processes, at least 1; see ``corrgrpo.trainer.threads``)."""
-    overlap: bool = False
-    """Generate step t+1's rollouts while step t updates (``corrgrpo.trainer.overlap``): a worker thread
-    samples from a copy of the policy synced after each update, so rollouts are one step
-    stale; needs ``algorithm.tis_cap`` (the importance correction against the sampler)."""
-
-
-@dataclass
-class OptimizerConfig:
-    """The optimizer and learning-rate schedule: the part of ``optim`` every command shares."""
-
-    lr: float = num_field(1e-3, Range(low=0, low_open=True))
-    """Peak learning rate of AdamW."""
-    weight_decay: float = num_field(0.0, _NON_NEGATIVE)
-    """AdamW weight decay."""
-    betas: list[float] = num_field([0.9, 0.999], Range(low=0, high=1, high_open=True), length=2)
-    """AdamW betas (two numbers in [0, 1))."""
-    adam_eps: float = num_field(1e-8, Range(low=0, low_open=True))
-    """AdamW epsilon."""
-    schedule: Literal["constant", "linear", "cosine"] = "linear"
-    """Learning-rate schedule after warmup (linear and cosine decay to 0 at the last step)."""
-    warmup_steps: int = num_field(0, _NON_NEGATIVE)
-    """Linear warmup steps: the learning rate is lr/N, 2 lr/N, ..., lr over the first N steps."""
-    max_grad_norm: float = num_field(1.0, Range(low=0, note="(0 disables clipping)"))
-    """Gradient clipping norm (0 disables)."""
-
-
-@dataclass
-class OptimConfig(OptimizerConfig):
-    """``corrgrpo train``'s ``optim``: the shared optimizer settings and the update's batching."""
-
-    epochs: int = num_field(1, _POSITIVE_INT)
-    """Update epochs over each batch of rollouts."""
-    mini_batch_size: int | None = num_field(None, Range(low=1, note="(or null: the whole batch)"))
-    """Sequences per optimizer update (over all processes; default: the whole batch)."""
-    micro_batch_size: int | None = num_field(None, Range(low=1, note="(or null: the mini-batch)"))
-    """Sequences per forward pass on one process (gradient accumulation; default: the mini-batch)."""
-    share_prefix: bool = False
-    """Run a micro-batch's common prompt prefix through the model once, and each sequence's rest on
-    top of its key/value cache: the same log-probabilities and gradient up to float rounding, at
-    about ``P + G A`` token passes instead of ``G (P + A)`` for a group of G answers of A tokens to
-    one prompt of P (2.8x faster on SmolLM2 with P = 780, A = 110, G = 8). Pays when prompts are
-    long and ``micro_batch_size`` holds whole groups (rollouts are batched group by group). One
-    process (with several, each one's micro-batch runs two forward passes)."""
-
-
-@dataclass
-class RunConfig:
-    """The part of ``train`` every command shares: length, seed, run folder, checkpoints, output."""
-
-    steps: int = num_field(50, _POSITIVE_INT)
-    """Number of optimizer steps (train: one batch of P x G rollouts each)."""
-    seed: int = num_field(0, Range(low=0, high=2**63 - 1))
-    """Seed of the model init, task or example order, and sampling."""
-    output_dir: str | None = None
-    """Run folder (default: ``runs/<config name>-<estimator>-s<seed>`` for train,
-    ``runs/<config name>-sft-s<seed>`` for sft)."""
-    save_every: int = num_field(0, Range(low=0, note="(0: only at the end)"))
-    """Save a checkpoint every N steps (0: only at the end)."""
-    save_final: bool = True
-    """Save a checkpoint after the last step."""
-    keep_checkpoints: int = num_field(0, Range(low=0, note="(0: all)"))
-    """Keep only the newest N ``checkpoint-<step>`` folders: after each save the older ones are
-    deleted (each holds the weights and AdamW's two moments, three times the model's size)."""
-    resume: str | None = None
-    """Checkpoint folder to resume from, or ``auto`` for the latest one in the run folder."""
-    progress: bool = True
-    """Show a progress bar."""
-    report_to: list[Literal[TRACKERS]] | Literal[TRACKERS] = field(default_factory=lambda: ["tensorboard"])
-    """Experiment trackers, through Accelerate's tracker API: any of ``tensorboard`` (event
-    files in the run folder's ``tensorboard/``), ``wandb``, ``mlflow``, ``trackio``,
-    ``comet_ml``, ``aim``, ``clearml``, ``dvclive``, ``swanlab``, or ``none``;
-    ``metrics.jsonl`` is written in every case. Each tracker reads its own settings from its
-    environment variables (e.g. ``WANDB_MODE=offline``; ``MLFLOW_TRACKING_URI=file:./mlruns``
-    with ``MLFLOW_ALLOW_FILE_STORE=true``, which MLflow 3 needs for local files; ``TRACKIO_DIR``).
-    One not installed is skipped with a line saying so; one that fails to start ends the run
-    with a line naming it."""
-    project: str = "corrgrpo"
-    """The trackers' project (wandb and trackio project, MLflow experiment); the run is named
-    after the run folder."""
-    tensorboard: bool = True
-    """``false`` drops ``tensorboard`` from ``report_to`` (the older switch)."""
-    cpu: bool = False
-    """Force the CPU even when a GPU is available."""
-
-    def check_rules(self) -> None:
-        """``none`` stands alone in ``report_to``."""
-        chosen = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)
-        if "none" in chosen and len(chosen) > 1:
-            raise ConfigError(f"train.report_to: 'none' cannot be combined with other trackers, got {chosen}", "train.report_to")
-
-    def trackers(self) -> list[str]:
-        """The trackers to start: ``report_to`` without ``none``, repeats, or (with
-        ``tensorboard: false``) TensorBoard."""
-        chosen = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)
-        return [t for t in dict.fromkeys(chosen) if t != "none" and (self.tensorboard or t != "tensorboard")]
-
-
-@dataclass
-class TrainConfig(RunConfig):
-    """``corrgrpo train``'s ``train``: the shared run settings, the task split and logged samples."""
-
-    split: Literal["train", "eval", "all"] = "train"
-    """Task split to train on (given to the environment)."""
-    log_samples: int = num_field(1, _NON_NEGATIVE)
-    """Completions written to ``samples.jsonl`` per step (0: none)."""
-
-
-@dataclass
-class Config:
-    env: dict[str, Any] = field(default_factory=lambda: {"id": "corrgrpo/ScaleDominance-v0"})
-    """The environment: ``id`` (a registered id, ``package.module:Class`` or
-    ``openenv://HOST:PORT``) plus its keyword arguments, checked against the env's settings
-    when it declares them (the built-in envs' keys are listed below); ``split``, ``max_turns``
-    and ``reward_weights`` belong to the trainer. ``import``: modules to import first (e.g.
-    ``[mypkg.envs]``, whose import registers ``myorg/Polite-v0``)."""
-    model: ModelConfig = field(default_factory=ModelConfig)
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    name: str = "run"
-    """Name of the run (default: the config file's stem)."""
-
-    def check_rules(self) -> None:
-        """The rules that relate settings (run by :func:`corrgrpo_registry.settings.validate`)."""
-        check_env_section(self.env, MOVED_KEYS, "e.g. corrgrpo/ScaleDominance-v0")
-        _check_rewards(self)
-        _check_plugins(self)
-
-
-#: Keys written in the wrong section -> where they belong.
-MOVED_KEYS: dict[str, str] = {
-    "env.split": "train.split",
-    "env.max_turns": "rollout.max_turns",
-    "env.reward_weights": "algorithm.reward_weights",
-    "algorithm.clip_low": "algorithm.loss_options.clip_low",
-    "algorithm.clip_high": "algorithm.loss_options.clip_high",
-    "algorithm.dual_clip": "algorithm.loss_options.dual_clip",
-    "algorithm.loss_options.kl_beta": "algorithm.kl_beta",
-    "algorithm.loss_options.agg_mode": "algorithm.loss_agg_mode",
-    "train.max_turns": "rollout.max_turns",
-    "rollout.split": "train.split",
-}
-
-
-# ------------------------------------------------------------------- checking
 def config_from_dict(data: dict[str, Any]) -> Config:
     """Build and validate a :class:`Config` from a plain mapping."""
     return validate(build(Config, data, moved=MOVED_KEYS))
 
 
-def import_env_modules(env: dict[str, Any]) -> list[str]:
-    """Import the modules of ``env.import`` (a module name or a list of them), in order, so that
-    the env ids their import registers resolve; returns the names. A value that is not a list of
-    dotted module names, or a module that fails to import, is a :class:`ConfigError` naming it."""
-    import importlib
-
-    modules = env.get("import")
-    if modules is None:
-        return []
-    if isinstance(modules, str):
-        modules = [modules]
-    if not isinstance(modules, list) or not all(
-        isinstance(m, str) and m and all(part.isidentifier() for part in m.split(".")) for m in modules
-    ):
-        raise ConfigError(
-            f"env.import: expected a list of module names such as [mypkg.envs], got {env['import']!r}",
-            "env.import",
-        )
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise ConfigError(
-                f"env.import: cannot import {name!r} ({exc}); {import_error_hint(name, exc)}", "env.import"
-            ) from None
-        except Exception as exc:  # the user's module raised while it ran
-            raise ConfigError(
-                f"env.import: importing {name!r} raised {type(exc).__name__}: {exc}", "env.import"
-            ) from None
-    return list(modules)
-
-
-def check_env_section(env: dict[str, Any], moved: dict[str, str], needs_id: str | None) -> None:
-    """The ``env`` section has an ``id`` (``needs_id``: why, or None when it need not) that
-    resolves (:func:`corrgrpo_envs.registry.resolve`), no key that belongs to the trainer, and,
-    for an env with a settings class, keys and values its settings allow (``env.<key>``
-    errors). A list of ``openenv://HOST:PORT`` ids (OpenEnv servers) becomes one id, the
-    servers comma-separated. The modules of ``env.import`` are imported first, so that the ids
-    their import registers resolve (:func:`import_env_modules`)."""
-    import_env_modules(env)
-    if needs_id and "id" not in env:
-        raise ConfigError(f"env: needs an 'id' key ({needs_id})", "env")
-    for key in env:
-        check_moved(f"env.{key}", moved)
-    env_id = env.get("id")
-    if env_id is None:
-        return
-    if not isinstance(env_id, (str, list)):
-        raise ConfigError(
-            f"env.id: expected an env id, an entry point or openenv://HOST:PORT, got {env_id!r}", "env.id"
-        )
-    resolved = resolve_env(env_id)
-    if isinstance(env_id, list):
-        env["id"] = resolved.id  # the servers, comma-separated
-    resolved.build_settings(env_constructor_kwargs(env), "env", moved)
-
-
-def resolve_env(env_id: Any) -> Any:
-    """:func:`corrgrpo_envs.registry.resolve` of ``env.id``, its errors as one ``env.id``
-    :class:`ConfigError` (an unknown id, a module that does not import, a bad address)."""
-    from corrgrpo_envs.registry import resolve
-
-    try:
-        return resolve(env_id)
-    except ConfigError:
-        raise
-    except ImportError as exc:
-        module = str(env_id).split(":")[0]
-        raise ConfigError(
-            f"env.id: entry point {env_id!r}: cannot import {exc.name or module!r} ({exc}); "
-            f"{import_error_hint(module, exc)}",
-            "env.id",
-        ) from None
-    except (ValueError, AttributeError, TypeError, FileNotFoundError) as exc:
-        raise ConfigError(f"env.id: {exc}", "env.id") from None
-
-
-def _check_rewards(cfg: Config) -> None:
-    """Reward weights and gates are well formed (their names are checked against the env later)."""
-    from corrgrpo.trainer.estimators.reward_gates import check_reward_gates
-    from corrgrpo.trainer.estimators.reward_weights import check_reward_weights
-
-    for key, check, value in (("algorithm.reward_weights", check_reward_weights, cfg.algorithm.reward_weights),
-                              ("algorithm.reward_gates", check_reward_gates, cfg.algorithm.reward_gates)):
-        try:
-            check(value)
-        except ValueError as exc:
-            raise ConfigError(str(exc), key) from None
-
-
-def _check_plugins(cfg: Config) -> None:
-    """The estimator, loss and rollout engine exist and take the given options."""
-    from corrgrpo.trainer.engines import available_engines
-    from corrgrpo.trainer.losses import LossConfigError, resolve_loss_config
-
-    a = cfg.algorithm
-    try:
-        from corrgrpo.trainer.estimators import check_estimator
-
-        check_estimator(a.estimator, a.estimator_options)
-    except ValueError as exc:
-        raise ConfigError(f"algorithm.estimator / estimator_options: {exc}", "algorithm.estimator_options") from None
-    for key in a.loss_options:
-        check_moved(f"algorithm.loss_options.{key}", MOVED_KEYS)
-    if a.loss == "sft":  # registered beside the RL losses, but it reads no reward at all
-        raise ConfigError("algorithm.loss: 'sft' is the cross-entropy of `corrgrpo sft` (it ignores "
-                          "the rewards); a training run needs a policy-gradient loss such as 'grpo'",
-                          "algorithm.loss")
-    try:
-        resolve_loss_config(a.loss, a.loss_options, agg_mode=a.loss_agg_mode)
-    except LossConfigError as exc:
-        key = f"algorithm.loss_options.{exc.key}"
-        raise ConfigError(f"{key}: {str(exc).removeprefix(f'{exc.key}: ')}", key) from None
-    except ValueError as exc:
-        raise ConfigError(f"algorithm.loss / loss_options: {exc}", "algorithm.loss") from None
-    if ":" in cfg.rollout.backend:  # an entry point package.module:Class: it must load
-        from corrgrpo.trainer.engines import ENGINES
-
-        try:
-            ENGINES.get(cfg.rollout.backend)
-        except ValueError as exc:
-            raise ConfigError(f"rollout.backend: {exc}", "rollout.backend") from None
-    elif cfg.rollout.backend not in available_engines():
-        raise ConfigError(
-            f"rollout.backend: {cfg.rollout.backend!r} is not allowed; allowed values: one of "
-            + ", ".join(repr(n) for n in available_engines()),
-            "rollout.backend",
-        )
-    for i, url in enumerate(cfg.rollout.server.urls):
-        if not url.startswith(("http://", "https://")):
-            raise ConfigError(
-                f"rollout.server.urls[{i}]: {url!r} is not allowed; allowed: an http:// or https:// "
-                "API root such as http://127.0.0.1:8000/v1",
-                f"rollout.server.urls[{i}]",
-            )
-    if cfg.rollout.server.weight_sync == "nccl" and not cfg.rollout.server.nccl_address:
-        raise ConfigError(
-            "rollout.server.nccl_address: null is not allowed with rollout.server.weight_sync=nccl; "
-            "allowed: the trainer's address the servers can reach",
-            "rollout.server.nccl_address",
-        )
-    if cfg.rollout.backend == "server" and not cfg.rollout.server.urls:
-        raise ConfigError(
-            "rollout.server.urls: [] is not allowed with rollout.backend=server; allowed: one or more "
-            "server URLs (scripts/vllm_serve.sh prints them)",
-            "rollout.server.urls",
-        )
-    if cfg.rollout.overlap and a.tis_cap is None:
-        raise ConfigError(
-            "algorithm.tis_cap: null is not allowed with rollout.overlap=true; allowed: a cap >= 1 "
-            "such as 2.0 (overlapped rollouts come from the previous step's weights)",
-            "algorithm.tis_cap",
-        )
-    if a.overlong_buffer is not None and a.overlong_buffer > cfg.rollout.max_new_tokens:
-        raise ConfigError(
-            f"algorithm.overlong_buffer: {a.overlong_buffer} is out of range; allowed: <= "
-            f"rollout.max_new_tokens ({cfg.rollout.max_new_tokens})",
-            "algorithm.overlong_buffer",
-        )
-
-
 def config_to_dict(cfg: Config) -> dict[str, Any]:
-    """The config as plain data (for saving next to a run)."""
-    return dataclasses.asdict(cfg)
-
-
-def apply_overrides(
-    data: dict[str, Any], overrides: list[str], origins: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a nested mapping.
-
-    ``origins`` (dotted key -> where its value came from) gets ``override 'a.b.c=value'``, for
-    the key and for every section the override creates, so that an error about a section that
-    only an override names (a typo such as ``algoritm.x=1``) blames the override, not the file.
-    """
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like section.key=value")
-        key, raw = item.split("=", 1)
-        try:
-            value = load_yaml_text(raw, f"override {item!r}", numbered=False) if raw != "" else None
-        except ConfigError as exc:
-            raise ConfigError(str(exc), key.strip()) from None
-        parts = key.strip().split(".")
-        node = data
-        for depth, part in enumerate(parts[:-1]):
-            if node.get(part) is None:
-                node[part] = {}
-                if origins is not None:
-                    origins.setdefault(".".join(parts[: depth + 1]), f"override {item!r}")
-            if not isinstance(node[part], dict):
-                raise ConfigError(f"override {key!r}: {part!r} is not a section")
-            node = node[part]
-        node[parts[-1]] = value
-        if origins is not None:
-            origins[key.strip()] = f"override {item!r}"
+    """The config as plain data (for saving next to a run; :func:`config_from_dict` reads it
+    back): the ``env:`` section and the options as written."""
+    data = dataclasses.asdict(cfg)
+    data["env"] = cfg.env.section()
+    for name in ("estimator_options", "loss_options"):
+        options = getattr(cfg.algorithm, name)
+        data["algorithm"][name] = written(options) if dataclasses.is_dataclass(options) else dict(options)
     return data
-
-
-def read_config_source(
-    path: str | Path | None, overrides: list[str] | None = None, default_name: str = "run"
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """A YAML config file (or nothing when ``path`` is None) as a mapping, overrides applied,
-    and where each key came from (``file:line`` or ``override 'key=value'``), by dotted key.
-
-    ``name`` defaults to the file's stem (``default_name`` without a file).
-    """
-    data: dict[str, Any] = {}
-    origins: dict[str, str] = {}
-    name = default_name
-    if path is not None:
-        from corrgrpo_envs.registry import resolve_config_path
-
-        resolved = resolve_config_path(path)
-        data, lines = load_yaml_with_lines(resolved)
-        data = data or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{resolved}: expected a mapping at the top level")
-        name = resolved.stem
-        origins = {key: f"{resolved}:{line}" for key, line in lines.items()}
-        origins[""] = str(resolved)
-    data.setdefault("name", name)
-    return apply_overrides(data, overrides or [], origins), origins
-
-
-def read_config_data(
-    path: str | Path | None, overrides: list[str] | None = None, default_name: str = "run"
-) -> dict[str, Any]:
-    """:func:`read_config_source` without the origins."""
-    return read_config_source(path, overrides, default_name)[0]
-
-
-def _origin(key: str | None, origins: dict[str, str]) -> str | None:
-    """Where ``key`` (or the nearest section above it) was set; the file when nowhere."""
-    while key:
-        key = key.split("[", 1)[0]
-        if key in origins:
-            return origins[key]
-        key = key.rpartition(".")[0]
-    return origins.get("")
-
-
-Settings = TypeVar("Settings")
-
-
-def load_settings(
-    path: str | Path | None,
-    overrides: list[str] | None,
-    from_dict: Callable[[dict[str, Any]], Settings],
-    default_name: str = "run",
-) -> Settings:
-    """Read a config file and overrides, and build it with ``from_dict``; an error names where
-    the bad value came from: ``file:line: key: ...`` or ``override 'key=value': key: ...``."""
-    data, origins = read_config_source(path, overrides, default_name)
-    try:
-        return from_dict(data)
-    except ConfigError as exc:
-        where = _origin(exc.key, origins)
-        if where is None:
-            raise
-        raise ConfigError(f"{where}: {exc}", exc.key) from None
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:

@@ -117,7 +117,7 @@ def evaluate(
     finally:
         venv.close()
     return {
-        "env": cfg.env["id"],
+        "env": cfg.env.id,
         "split": split,
         "policy": policy_kind,
         "checkpoint": str(checkpoint) if checkpoint else None,

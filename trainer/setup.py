@@ -12,8 +12,8 @@ The model, optimizer and run folder every command shares come from
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -22,11 +22,12 @@ import numpy as np
 import torch
 
 from corrgrpo.agents.policy import SamplingParams
-from corrgrpo.trainer.config import Config, env_constructor_kwargs
+from corrgrpo.trainer.config import Config
 from corrgrpo.trainer.estimators.reward_weights import RewardWeights, resolve_reward_weights
 from corrgrpo.trainer.losses import LossConfig, get_loss, resolve_loss_config
 from corrgrpo_envs.registry import resolve
 from corrgrpo_envs.vector import GroupedVectorEnv
+from corrgrpo_registry.settings import written
 
 __all__ = [
     "build_loss",
@@ -40,16 +41,17 @@ __all__ = [
 
 
 def env_kwargs(cfg: Config, split: str | None = None) -> dict[str, Any]:
-    """Keyword arguments of every env: the ``env`` section, the trainer's split and turn limit.
+    """Keyword arguments of every env: the env's settings (``cfg.env``), the trainer's split and
+    turn limit.
 
     ``split`` defaults to ``train.split``; ``rollout.max_turns`` goes to envs that take a
     ``max_turns`` setting (a field of their settings class, else a constructor parameter), so
     the env's own limit is the trainer's.
     """
-    kwargs = env_constructor_kwargs(cfg.env)
+    kwargs = cfg.env.kwargs()
     kwargs["split"] = split or cfg.train.split
     try:
-        takes_max_turns = resolve(cfg.env["id"]).accepts("max_turns")
+        takes_max_turns = resolve(cfg.env.id).accepts("max_turns")
     except (ValueError, ImportError, AttributeError, TypeError, FileNotFoundError):
         takes_max_turns = False  # making the env reports it, in its own words
     if takes_max_turns:
@@ -61,9 +63,9 @@ def make_after_import(modules: tuple[str, ...], env_id: str, **kwargs: Any) -> g
     """``corrgrpo_envs.make(env_id, **kwargs)`` after importing ``modules``: how a spawned
     reward worker process, which has not imported ``env.import``'s modules, finds the id."""
     import corrgrpo_envs
+    from corrgrpo_envs.registry import import_env_modules
 
-    for name in modules:
-        importlib.import_module(name)
+    import_env_modules(list(modules))
     return corrgrpo_envs.make(env_id, **kwargs)
 
 
@@ -71,11 +73,9 @@ def build_vector_env(
     cfg: Config, num_groups: int, group_size: int, split: str | None = None
 ) -> GroupedVectorEnv:
     """``num_groups`` x ``group_size`` envs of ``env.id`` on the split (default ``train.split``)."""
-    spec: Any = cfg.env["id"]
-    modules = cfg.env.get("import")
-    if modules and cfg.rollout.reward_executor == "process":
-        modules = (modules,) if isinstance(modules, str) else tuple(modules)
-        spec = functools.partial(make_after_import, modules, spec)  # picklable: module-level
+    spec: Any = cfg.env.id
+    if cfg.env.imports and cfg.rollout.reward_executor == "process":
+        spec = functools.partial(make_after_import, cfg.env.imports, spec)  # picklable: module-level
     return GroupedVectorEnv(
         spec,
         num_groups=num_groups,
@@ -112,10 +112,11 @@ def build_loss(cfg: Config) -> tuple[Callable[..., Any], LossConfig]:
     ``loss_agg_mode``, and Dr. GRPO's normaliser (``max_new_tokens * max_turns`` unless given).
     """
     a, r = cfg.algorithm, cfg.rollout
+    options = written(a.loss_options) if dataclasses.is_dataclass(a.loss_options) else dict(a.loss_options)
     fixed: dict[str, Any] = {"kl_beta": a.kl_beta}
-    if "max_completion_length" not in a.loss_options:
+    if "max_completion_length" not in options:
         fixed["max_completion_length"] = r.max_new_tokens * r.max_turns
-    loss_cfg = resolve_loss_config(a.loss, a.loss_options, agg_mode=a.loss_agg_mode, **fixed)
+    loss_cfg = resolve_loss_config(a.loss, options, agg_mode=a.loss_agg_mode, **fixed)
     return get_loss(a.loss), loss_cfg
 
 

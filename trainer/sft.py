@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from corrgrpo.agents.episode import Episode
-from corrgrpo.trainer.config import OptimConfig, env_constructor_kwargs
+from corrgrpo.trainer.config import OptimConfig
 from corrgrpo.trainer.losses import default_config, get_loss
 from corrgrpo.trainer.policy_forward import PackedBatch, pack_episodes, pack_in_one_row
 from corrgrpo.trainer.progress import TrainProgress
@@ -134,7 +134,7 @@ class SFTTrainer:
         self.cfg = cfg
         t = cfg.train
         self.context = run = RunContext(
-            model=cfg.model, optim=cfg.optim, run=t, config=dataclasses.asdict(cfg), accelerator=accelerator,
+            model=cfg.model, optim=cfg.optim, run=t, config={**dataclasses.asdict(cfg), "env": cfg.env.section() if cfg.env else {}}, accelerator=accelerator,
             output_dir=Path(t.output_dir or Path("runs") / f"{cfg.name}-sft-s{t.seed}"),
         )
         self.accelerator, self.rank, self.world, self.output_dir = run.accelerator, run.rank, run.world, run.output_dir
@@ -171,8 +171,8 @@ class SFTTrainer:
         cfg, d = self.cfg, self.cfg.data
         eval_examples: list[Episode] | None = None
         if d.source == "env":
-            env_id = cfg.env["id"]
-            kwargs = env_constructor_kwargs(cfg.env)
+            env_id = cfg.env.id
+            kwargs = cfg.env.kwargs()
             train, stats = env_examples(
                 env_id, {**kwargs, "split": d.train_split}, self.tokenizer, d.max_turns, d.max_examples
             )

@@ -15,10 +15,10 @@ from corrgrpo.trainer.config import (
     ModelConfig,
     OptimizerConfig,
     RunConfig,
-    check_env_section,
     load_settings,
 )
-from corrgrpo_registry.settings import Range, build, num_field, validate
+from corrgrpo_envs.settings import EnvSection
+from corrgrpo_registry.settings import Range, build, num_field, read_field, validate
 
 __all__ = [
     "SFTConfig",
@@ -80,8 +80,9 @@ class SFTTrainConfig(RunConfig):
 
 @dataclass
 class SFTConfig:
-    env: dict[str, Any] = field(default_factory=dict)
-    """The environment (``source: env``): ``id`` plus its keyword arguments, as in ``corrgrpo train``."""
+    env: EnvSection | None = read_field(lambda value, key, moved: _read_env(value, moved), lambda: None)
+    """The environment (``source: env``): ``id`` plus its keyword arguments, as in ``corrgrpo train``
+    (read into the env's settings class)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     data: SFTDataConfig = field(default_factory=SFTDataConfig)
     optim: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=2e-5))
@@ -91,7 +92,8 @@ class SFTConfig:
 
     def check_rules(self) -> None:
         """The rules that relate settings (run by :func:`corrgrpo_registry.settings.validate`)."""
-        check_env_section(self.env, SFT_MOVED_KEYS, "data.source=env" if self.data.source == "env" else None)
+        if self.data.source == "env" and self.env is None:
+            raise ConfigError("env: needs an 'id' key (data.source=env)", "env")
         if self.data.source == "file" and not self.data.files:
             raise ConfigError("data.files: [] is not allowed with data.source=file; allowed: one or more "
                               "JSON / JSON-lines files", "data.files")
@@ -102,6 +104,13 @@ SFT_MOVED_KEYS: dict[str, str] = {
     "env.split": "data.train_split / data.eval_split",
     "env.max_turns": "data.max_turns",
 }
+
+
+def _read_env(value: Any, moved: dict[str, str]) -> EnvSection | None:
+    """The ``env:`` section as its env's settings (None without an ``id``: ``data.source: file``)."""
+    from corrgrpo_envs.registry import read_env_section
+
+    return read_env_section(value, moved)
 
 
 def sft_config_from_dict(data: dict[str, Any]) -> SFTConfig:

@@ -127,7 +127,7 @@ def _env_bounds(cfg: Config) -> tuple[list[str], list[float], list[float]]:
     import corrgrpo_envs
     from corrgrpo.trainer.setup import env_kwargs
 
-    env = corrgrpo_envs.make(cfg.env["id"], **env_kwargs(cfg, "eval"))
+    env = corrgrpo_envs.make(cfg.env.id, **env_kwargs(cfg, "eval"))
     try:
         u = env.unwrapped
         return list(u.reward_names), u.reward_space.low.tolist(), u.reward_space.high.tolist()

@@ -244,7 +244,7 @@ class Trainer:
         self.context.log(record)
         # the env's own components (not the overlong one the trainer adds), whole batch
         warning = self.zero_rewards.observe(step + 1, all_rewards[:, : len(self.venv.reward_names)],
-                                            env=str(self.cfg.env.get("id", "the env")))
+                                            env=self.cfg.env.id)
         if self.accelerator.is_main_process:
             self._log_samples(step, batch)
             if warning:  # stderr: the progress bar prints it above itself

@@ -35,13 +35,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from corrgrpo_envs.agentdojo.attacks import DEFAULT_MODEL_NAME, case_injections
+from corrgrpo_envs.agentdojo.attacks import case_injections
 from corrgrpo_envs.agentdojo.cases import (
-    DEFAULT_ATTACKS,
-    DEFAULT_BENCHMARK_VERSION,
     Case,
     benchmark_suites,
 )
@@ -50,112 +47,62 @@ from corrgrpo_envs.agentdojo.episode import AgentDojoEpisode, Scores, load_envir
 from corrgrpo_envs.agentdojo.metrics import agentdojo_metrics
 from corrgrpo_envs.agentdojo.pasting import PasteMeasure, Source, environment_text, measure
 from corrgrpo_envs.agentdojo.rewards import (
-    CLEAN_SECURITY,
-    DEFAULT_WEIGHTS,
     REWARD_NAMES,
     rewards_from_scores,
 )
-from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
+from corrgrpo_envs.agentdojo.settings import DEFAULT_MAX_TURNS, AgentDojoSettings
+from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
 from corrgrpo_envs.metrics import EpisodeRecord
-from corrgrpo_envs.tasks import Task, TaskSource
+from corrgrpo_envs.tasks import Task
 from corrgrpo_envs.toolcalls import render_hermes
 
 __all__ = ["AgentDojoEnv", "DATASETS", "REWARD_NAMES", "DEFAULT_MAX_TURNS"]
 
-ON_MALFORMED = ("end", "error_message")
 #: The final answer of a reference replay when the user task defines no expected output.
 DEFAULT_FINAL_ANSWER = "Done."
-#: Assistant messages per episode by default. The longest ground truth of a v1.2.2 user
-#: task has 18 calls (travel/user_task_19): an agent that makes one call per message needs
-#: 19 messages to finish it with its final answer. (The paper's runs allowed 8, see
-#: ``env_configs/agentdojo.yaml``.)
-DEFAULT_MAX_TURNS = 20
 
 
 class AgentDojoEnv(MultiRewardEnv):
     """AgentDojo user tasks, clean and under prompt-injection attack.
 
-    Args:
-        dataset: ``"agentdojo"`` (the suites of ``benchmark_version``), a ``.txt``
-            file of case ids, or a ready :class:`TaskSource` of cases.
-        format: ``"case_list"`` to force the file format.
-        split: ``"train"``, ``"eval"`` or ``"all"`` (split by user task; see ``cases``).
-        benchmark_version: AgentDojo benchmark version (default ``"v1.2.2"``).
-        suites: suite names to include (default: all of the version's).
-        attacks: attack names from AgentDojo's registry (default the paper's two);
-            empty for clean cases only.
-        include_clean: include the clean case of each user task.
-        max_turns: assistant messages per episode before truncation (default 20: enough
-            for the longest ground truth, one call per message, and the final answer).
-        clean_security: security reward on clean cases, ``"zero"`` (paper) or ``"one"``.
-        on_malformed: ``"end"`` (invalid reward) or ``"error_message"``.
-        model_name: the victim's name written into attack texts (see ``attacks``).
-        system_message: overrides AgentDojo's default system message.
-        deterministic_clock: stamp emails and files the agent creates from a fixed
-            episode clock (2025-01-01 09:00:00, +1 s per stamp) rather than the
-            wall clock, so that episodes replay identically.
-        reward_weights: weights of (utility, security); default (1, 1).
-        paste_guard: score a final answer that pastes the tool outputs or the
-            environment's text as a utility failure (default on, for training; off
-            to reproduce the paper). ``info["paste"]`` has the measure.
+    Its keyword arguments are the fields of
+    :class:`~corrgrpo_envs.agentdojo.settings.AgentDojoSettings` (names, defaults and allowed
+    values declared there once: the cases, the turn limit, the victim's name, the clock, the
+    paste guard); an ``AgentDojoSettings`` object may be given instead (``settings``), keyword
+    arguments then go over it.
     """
 
-    def __init__(
-        self,
-        dataset: str | Path | TaskSource = "agentdojo",
-        format: str | None = None,
-        split: str = "all",
-        benchmark_version: str = DEFAULT_BENCHMARK_VERSION,
-        suites: Sequence[str] | None = None,
-        attacks: Sequence[str] | None = DEFAULT_ATTACKS,
-        include_clean: bool = True,
-        max_turns: int = DEFAULT_MAX_TURNS,
-        clean_security: str = "zero",
-        on_malformed: str = "end",
-        model_name: str = DEFAULT_MODEL_NAME,
-        system_message: str | None = None,
-        deterministic_clock: bool = True,
-        reward_weights: Sequence[float] | None = DEFAULT_WEIGHTS,
-        paste_guard: bool = True,
-        max_action_chars: int = MAX_ACTION_CHARS,
-        render_mode: str | None = None,
-    ):
-        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
-            raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
-        if clean_security not in CLEAN_SECURITY:
-            raise ValueError(f"clean_security must be one of {list(CLEAN_SECURITY)}, got {clean_security!r}")
-        if on_malformed not in ON_MALFORMED:
-            raise ValueError(f"on_malformed must be one of {list(ON_MALFORMED)}, got {on_malformed!r}")
-        if not isinstance(model_name, str) or not model_name.strip():
-            raise ValueError(f"model_name must be a non-empty str, got {model_name!r}")
-        if system_message is not None and not isinstance(system_message, str):
-            raise ValueError("system_message must be a str or None")
+    def __init__(self, settings: AgentDojoSettings | None = None, **kwargs: Any):
+        s = AgentDojoSettings.read(settings, kwargs)
+        if not s.model_name.strip():
+            raise ValueError(f"model_name must be a non-empty str, got {s.model_name!r}")
         tasks = DATASETS.load(
-            dataset,
-            format=format,
-            split=split,
-            benchmark_version=benchmark_version,
-            suites=suites,
-            attacks=tuple(attacks) if attacks is not None else (),
-            include_clean=include_clean,
+            s.dataset,
+            format=s.format,
+            split=s.split,
+            benchmark_version=s.benchmark_version,
+            suites=s.suites,
+            attacks=tuple(s.attacks) if s.attacks is not None else (),
+            include_clean=s.include_clean,
         )
         super().__init__(
             tasks=tasks,
             reward_names=REWARD_NAMES,
             reward_low=(0.0, 0.0),
             reward_high=(1.0, 1.0),
-            reward_weights=reward_weights,
-            max_action_chars=max_action_chars,
-            render_mode=render_mode,
+            reward_weights=s.reward_weights,
+            max_action_chars=s.max_action_chars,
+            render_mode=s.render_mode,
         )
+        benchmark_version, max_turns, system_message = s.benchmark_version, s.max_turns, s.system_message
+        clean_security, on_malformed, model_name = s.clean_security, s.on_malformed, s.model_name
+        deterministic_clock, paste_guard = s.deterministic_clock, s.paste_guard
         self.benchmark_version = benchmark_version
         self.max_turns = max_turns
         self.clean_security = clean_security
         self.on_malformed = on_malformed
         self.model_name = model_name
-        self.deterministic_clock = bool(deterministic_clock)
-        if not isinstance(paste_guard, bool):
-            raise ValueError(f"paste_guard must be a bool, got {paste_guard!r}")
+        self.deterministic_clock = deterministic_clock
         self.paste_guard = paste_guard
         self._environment_sources: dict[str, Source] = {}
         self._suites = benchmark_suites(benchmark_version)

@@ -8,13 +8,21 @@ from typing import Literal
 
 from corrgrpo_envs.agentdojo.attacks import DEFAULT_MODEL_NAME
 from corrgrpo_envs.agentdojo.cases import DEFAULT_ATTACKS, DEFAULT_BENCHMARK_VERSION
-from corrgrpo_envs.agentdojo.env import DEFAULT_MAX_TURNS, ON_MALFORMED
 from corrgrpo_envs.agentdojo.rewards import CLEAN_SECURITY, DEFAULT_WEIGHTS
 from corrgrpo_envs.settings import EnvSettings
 from corrgrpo_envs.tasks import TaskSource
 from corrgrpo_registry.settings import Range, num_field
 
-__all__ = ["AgentDojoSettings"]
+__all__ = ["DEFAULT_MAX_TURNS", "ON_MALFORMED", "AgentDojoSettings"]
+
+#: What an unusable action does: ``end`` the episode (invalid reward) or return an
+#: ``error_message`` to the agent.
+ON_MALFORMED = ("end", "error_message")
+#: Assistant messages per episode by default. The longest ground truth of a v1.2.2 user
+#: task has 18 calls (travel/user_task_19): an agent that makes one call per message needs
+#: 19 messages to finish it with its final answer. (The paper's runs allowed 8, see
+#: ``env_configs/agentdojo.yaml``.)
+DEFAULT_MAX_TURNS = 20
 
 
 @dataclass

@@ -23,22 +23,20 @@ from corrgrpo_envs.code import rewards as R
 from corrgrpo_envs.code.datasets import DATASETS
 from corrgrpo_envs.code.judge_pool import (
     COMPILE_CPU_SECONDS,
-    JUDGE_CPU_SECONDS,
     JudgePool,
     shared_pool,
 )
 from corrgrpo_envs.code.metrics import code_metrics
 from corrgrpo_envs.code.references import ReferenceTimes, default_cache_dir
+from corrgrpo_envs.code.settings import EFFICIENCY_MODES, CodeSettings
 from corrgrpo_envs.code.verdicts import Verdicts, candidate_program, measured_seconds
-from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
+from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
 from corrgrpo_envs.metrics import EpisodeRecord
 from corrgrpo_envs.tasks import Task
 from corrgrpo_sandbox import Limits, Sandbox, SandboxPool, make_sandbox
 from corrgrpo_sandbox.cgroups import cpu_unavailable_reason
 
 __all__ = ["CodeEnv", "EFFICIENCY_MODES"]
-
-EFFICIENCY_MODES = ("lazy", "cached", "off")
 
 _LOG = logging.getLogger(__name__)
 
@@ -110,27 +108,11 @@ def _data_paths(dataset: Any, cache_dir: str | Path | None) -> tuple[str, ...]:
 class CodeEnv(MultiRewardEnv):
     """Code generation with seven rewards, judged in a sandbox.
 
-    Args:
-        dataset: ``"humaneval"`` (default), a LeetCodeDataset JSONL(.gz) path, or
-            any JSONL with ``prompt``/``test``/``entry_point`` and a reference.
-        format: force a file format (``leetcode`` or ``jsonl``) instead of detecting it.
-        split: ``train``, ``eval`` or ``all`` (default).
-        backend: sandbox backend: ``auto`` (bwrap when it works, else process),
-            ``process``, ``bwrap`` or ``docker``; or a ready :class:`Sandbox` (used as
-            given: pass it ``hide=`` the data files yourself).
-        timeout: wall seconds per program (paper: 5).
-        memory_mb: address-space limit per program (paper: 1024).
-        workers: parallel programs in :meth:`score_many` (default: one per CPU).
-        efficiency: ``lazy`` (measure a reference's runtime on first use and
-            cache it), ``cached`` (use only precomputed times, else 0) or ``off``.
-        reference_runs: runs averaged per reference time.
-        reference_cache_dir: cache root (default ``$CORRGRPO_CODE_REFS`` or
-            ``~/.cache/corrgrpo/code_refs``).
-        reward_weights: override the paper's weights (seven numbers).
-        system_prompt: optional system message put before the problem.
-        judge_seconds: CPU seconds the host-side verdict of one answer may take (in a
-            judge worker process, :mod:`corrgrpo_envs.code.judge_pool`); past it the
-            answer's status is ``judge:bound`` and it scores ``correct = 0``.
+    Its keyword arguments are the fields of :class:`~corrgrpo_envs.code.settings.CodeSettings`
+    (names, defaults and allowed values declared there once: the data set, the sandbox
+    backend and its limits, the efficiency mode, the judge's CPU seconds); a ``CodeSettings``
+    object may be given instead (``settings``), keyword arguments then go over it. A ready
+    :class:`Sandbox` given as ``backend`` is used as given (pass it ``hide=`` the data files).
 
     The text rewards are bounded too: ``compile`` runs in a judge worker under
     :data:`~corrgrpo_envs.code.judge_pool.COMPILE_CPU_SECONDS` of CPU and ``ast_similarity``
@@ -138,48 +120,28 @@ class CodeEnv(MultiRewardEnv):
     a reward is 0, ``info["reward_bound"]`` names it and a warning is logged.
     """
 
-    def __init__(
-        self,
-        dataset: str | Path = "humaneval",
-        format: str | None = None,
-        split: str = "all",
-        backend: str | Sandbox = "auto",
-        timeout: float = 5.0,
-        memory_mb: int = 1024,
-        workers: int | None = None,
-        efficiency: str = "lazy",
-        reference_runs: int = 3,
-        reference_cache_dir: str | Path | None = None,
-        reward_weights: Sequence[float] | None = None,
-        system_prompt: str | None = None,
-        judge_seconds: float = JUDGE_CPU_SECONDS,
-        max_action_chars: int = MAX_ACTION_CHARS,
-        render_mode: str | None = None,
-    ):
-        if efficiency not in EFFICIENCY_MODES:
-            raise ValueError(f"efficiency must be one of {EFFICIENCY_MODES}, got {efficiency!r}")
-        tasks = DATASETS.load(dataset, format=format, split=split)
+    def __init__(self, settings: CodeSettings | None = None, **kwargs: Any):
+        s = CodeSettings.read(settings, kwargs)
+        tasks = DATASETS.load(s.dataset, format=s.format, split=s.split)
         super().__init__(
             tasks=tasks,
             reward_names=R.REWARD_NAMES,
             reward_low=[0.0] * 7,
             reward_high=[1.0] * 7,
-            reward_weights=R.DEFAULT_WEIGHTS if reward_weights is None else reward_weights,
-            max_action_chars=max_action_chars,
-            render_mode=render_mode,
+            reward_weights=R.DEFAULT_WEIGHTS if s.reward_weights is None else s.reward_weights,
+            max_action_chars=s.max_action_chars,
+            render_mode=s.render_mode,
         )
-        self.limits = Limits(timeout=timeout, memory_mb=memory_mb)
-        self.backend = backend
-        self.workers = workers
-        self.efficiency_mode = efficiency
-        self.reference_runs = reference_runs
-        self.reference_cache_dir = reference_cache_dir
-        self.system_prompt = system_prompt
-        if not judge_seconds > 0:
-            raise ValueError(f"judge_seconds must be positive, got {judge_seconds!r}")
-        self.judge_seconds = float(judge_seconds)
+        self.limits = Limits(timeout=s.timeout, memory_mb=s.memory_mb)
+        self.backend = backend = s.backend
+        self.workers = s.workers
+        self.efficiency_mode = s.efficiency
+        self.reference_runs = s.reference_runs
+        self.reference_cache_dir = s.reference_cache_dir
+        self.system_prompt = s.system_prompt
+        self.judge_seconds = float(s.judge_seconds)
         #: what the sandbox covers: the data set and the reference cache (see _data_paths)
-        self.hidden_data = _data_paths(dataset, reference_cache_dir)
+        self.hidden_data = _data_paths(s.dataset, s.reference_cache_dir)
         self._sandbox: Sandbox | None = backend if isinstance(backend, Sandbox) else None
         self._references: ReferenceTimes | None = None
         self._verdicts: Verdicts | None = None

@@ -6,13 +6,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from corrgrpo_envs.code.env import EFFICIENCY_MODES
 from corrgrpo_envs.code.judge_pool import JUDGE_CPU_SECONDS
 from corrgrpo_envs.settings import EnvSettings
 from corrgrpo_registry.settings import Range, num_field
 from corrgrpo_sandbox import Sandbox
 
-__all__ = ["CodeSettings"]
+__all__ = ["EFFICIENCY_MODES", "CodeSettings"]
+
+#: How the efficiency reward gets each reference's runtime: ``lazy`` (measured on first use and
+#: cached), ``cached`` (precomputed times only, else 0) or ``off``.
+EFFICIENCY_MODES = ("lazy", "cached", "off")
 
 _POSITIVE = Range(low=0, low_open=True)
 

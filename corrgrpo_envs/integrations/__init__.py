@@ -5,3 +5,9 @@
 
 Nothing here imports the other library at import time.
 """
+
+__all__ = ["OPENENV_SCHEME"]
+
+#: The scheme of an env served by OpenEnv servers (``env.id: openenv://HOST:PORT``), the one
+#: definition: the env registry and the OpenEnv client both import it from here.
+OPENENV_SCHEME = "openenv://"

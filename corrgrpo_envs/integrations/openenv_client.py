@@ -64,6 +64,7 @@ import httpx
 import numpy as np
 
 from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
+from corrgrpo_envs.integrations import OPENENV_SCHEME
 from corrgrpo_envs.integrations.deadline_loop import CLOSE_S, GRACE_S, LoopLease
 from corrgrpo_envs.integrations.openenv_settings import DEFAULT_MAX_OBSERVATION_BYTES
 from corrgrpo_envs.spaces import Conversation
@@ -81,7 +82,7 @@ __all__ = [
     "DEFAULT_MAX_OBSERVATION_BYTES",
 ]
 
-SCHEME = "openenv://"
+SCHEME = OPENENV_SCHEME
 #: The environment variable holding the servers' shared token (``corrgrpo serve --token``).
 TOKEN_ENV = "CORRGRPO_OPENENV_TOKEN"
 #: Rewards, bounds and weights are stored as float32: a larger finite value would become inf.

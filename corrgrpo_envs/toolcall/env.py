@@ -32,16 +32,11 @@ from corrgrpo_envs.toolcall.rewards import (
     REWARD_HIGH,
     REWARD_LOW,
     REWARD_NAMES,
-    RULE_SETS,
     score_answer,
 )
+from corrgrpo_envs.toolcall.settings import REFERENCE_ANSWERS, ToolCallSettings
 
 __all__ = ["ToolCallEnv", "toolcall_metrics", "load_tasks", "in_prompt_format", "REFERENCE_ANSWERS"]
-
-#: ``short``: a one-line ``<think>`` and the expected calls/reply (every data set has them);
-#: ``dataset``: the data set's own ground-truth answer where it ships one (RLLA SFT's reasoning
-#: and calls), else ``short``.
-REFERENCE_ANSWERS = ("short", "dataset")
 
 _REFERENCE_THINK = "I should use the appropriate tools with the right parameters for the user's request."
 _REPLY_THINK = "I should reply to the user directly."
@@ -106,56 +101,25 @@ def in_prompt_format(tasks: TaskSource, prompt_format: str) -> TaskSource:
 class ToolCallEnv(MultiRewardEnv):
     """Single-turn tool calling with the four RLLA rewards.
 
-    Args:
-        dataset: ``"generated"`` (default), ``"rlla_test"``, ``"rlla_sft"``,
-            ``"api_bank"``, ``"api_bank_l1"``..``"api_bank_l3"``, a path (RLLA
-            ``.jsonl``/``.parquet``, RLLA SFT ``.json``, API-Bank ``.json``, a BFCL
-            data folder or question file), a ``TaskSource``, or a list of these.
-        format: the file format when it cannot be detected (``rlla_jsonl``,
-            ``rlla_parquet``, ``rlla_sft``, ``api_bank``, ``bfcl``).
-        split: ``"train"``, ``"eval"`` or ``"all"``.
-        num_tasks, seed: size and seed of the generated data set.
-        dataset_options: extra loader options (e.g. ``{"categories": [...]}`` for BFCL).
-        reward_weights: weights of the four rewards (default all 1).
-        rules: the reward rule set, ``"paper"`` (default: RLLA / ToolRL's rules) or
-            ``"strict"`` (unmatched predicted calls cost reward, so hedging with several
-            candidate calls does not pay; see :mod:`corrgrpo_envs.toolcall.rewards`).
-        prompt_format: ``"source"`` (default: each data set's prompts as shipped) or
-            ``"house"`` (every data set in one RLLA layout, see
-            :func:`~corrgrpo_envs.toolcall.prompts.house_messages`): train and evaluate in
-            the same words.
-        reference_answers: what :meth:`reference_action` (the SFT target) answers:
-            ``"short"`` (default) or ``"dataset"`` (see :data:`REFERENCE_ANSWERS`).
+    Its keyword arguments are the fields of :class:`~corrgrpo_envs.toolcall.settings.ToolCallSettings`
+    (names, defaults and allowed values declared there once: the data set, the split, the rule
+    set, the prompt format, the reference answers); a ``ToolCallSettings`` object may be given
+    instead (``settings``), keyword arguments then go over it.
     """
 
-    def __init__(
-        self,
-        dataset: str | Path | TaskSource | Sequence[str | Path] = "generated",
-        format: str | None = None,
-        split: str = "all",
-        num_tasks: int = 1000,
-        seed: int = 0,
-        dataset_options: dict[str, Any] | None = None,
-        reward_weights: Sequence[float] | None = None,
-        rules: str = "paper",
-        prompt_format: str = "source",
-        reference_answers: str = "short",
-        **kwargs: Any,
-    ):
-        if rules not in RULE_SETS:
-            raise ValueError(f"rules must be one of {RULE_SETS}, got {rules!r}")
-        if reference_answers not in REFERENCE_ANSWERS:
-            raise ValueError(f"reference_answers must be one of {REFERENCE_ANSWERS}, got {reference_answers!r}")
-        self.rules = rules
-        self.reference_answers = reference_answers
-        tasks = in_prompt_format(load_tasks(dataset, format, split, num_tasks, seed, dataset_options), prompt_format)
+    def __init__(self, settings: ToolCallSettings | None = None, **kwargs: Any):
+        s = ToolCallSettings.read(settings, kwargs)
+        self.rules = s.rules
+        self.reference_answers = s.reference_answers
+        tasks = load_tasks(s.dataset, s.format, s.split, s.num_tasks, s.seed, s.dataset_options)
         super().__init__(
-            tasks=tasks,
+            tasks=in_prompt_format(tasks, s.prompt_format),
             reward_names=REWARD_NAMES,
             reward_low=REWARD_LOW,
             reward_high=REWARD_HIGH,
-            reward_weights=reward_weights,
-            **kwargs,
+            reward_weights=s.reward_weights,
+            max_action_chars=s.max_action_chars,
+            render_mode=s.render_mode,
         )
 
     def _observe_task(self, task: Task) -> dict:

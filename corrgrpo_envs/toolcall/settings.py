@@ -8,12 +8,16 @@ from typing import Any, Literal
 
 from corrgrpo_envs.settings import EnvSettings
 from corrgrpo_envs.tasks import TaskSource
-from corrgrpo_envs.toolcall.env import REFERENCE_ANSWERS
 from corrgrpo_envs.toolcall.prompts import PROMPT_FORMATS
 from corrgrpo_envs.toolcall.rewards import RULE_SETS
 from corrgrpo_registry.settings import Range, num_field
 
-__all__ = ["ToolCallSettings"]
+__all__ = ["REFERENCE_ANSWERS", "ToolCallSettings"]
+
+#: ``short``: a one-line ``<think>`` and the expected calls/reply (every data set has them);
+#: ``dataset``: the data set's own ground-truth answer where it ships one (RLLA SFT's reasoning
+#: and calls), else ``short``.
+REFERENCE_ANSWERS = ("short", "dataset")
 
 
 @dataclass

@@ -29,17 +29,17 @@ the two letter rewards are two different, weakly correlated signals.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
+from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
 from corrgrpo_envs.metrics import EpisodeRecord
-from corrgrpo_envs.tasks import Task, TaskSource
+from corrgrpo_envs.tasks import Task
 from corrgrpo_envs.toy.datasets import DATASETS, PROMPT_TEMPLATE
 from corrgrpo_envs.toy.metrics import toy_metrics
 from corrgrpo_envs.toy.rewards import REWARD_SETS, reward_names, score_anchor_text, score_text
+from corrgrpo_envs.toy.settings import ToySettings
 
 __all__ = ["ScaleDominanceEnv", "score_text", "score_anchor_text", "DATASETS", "PROMPT_TEMPLATE", "REWARD_SETS"]
 
@@ -47,71 +47,42 @@ __all__ = ["ScaleDominanceEnv", "score_text", "score_anchor_text", "DATASETS", "
 class ScaleDominanceEnv(MultiRewardEnv):
     """Single-turn toy env with one large-range and two strongly correlated 0/1 rewards.
 
-    Args:
-        num_tasks: number of built-in prompts (ids ``prompt-0000`` ...).
-        letter: the target letter of the two 0/1 rewards.
-        max_digits: cap (and upper bound) of the digit count.
-        scales: a factor per component, or ``"unit"`` for every range ``[0, 1]``
-            (``"unit"`` needs the capped ``default`` reward set).
-        rewards: ``"default"`` or ``"anchor"`` (the TRL anchor's ``digits`` uncapped,
-            ``has_a``, ``has_b``; ``letter`` and ``max_digits`` do not apply to it).
-        reward_weights: weights of the components (default all 1).
-        prompt_template: the built-in prompt, with ``{k}`` for the task number.
-        dataset, format, split: where the prompts come from (``"short-strings"``,
-            a ``.txt`` file with one prompt per line, or a ``.jsonl`` of
-            ``{"id", "prompt"}``) and which split to use.
+    Its keyword arguments are the fields of :class:`~corrgrpo_envs.toy.settings.ToySettings`
+    (names, defaults and allowed values declared there once); a ``ToySettings`` object may be
+    given instead (``settings``), keyword arguments then go over it.
     """
 
-    def __init__(
-        self,
-        num_tasks: int = 64,
-        letter: str = "a",
-        max_digits: int = 32,
-        scales: Sequence[float] | str = (1.0, 1.0, 1.0),
-        reward_weights: Sequence[float] | None = None,
-        prompt_template: str = PROMPT_TEMPLATE,
-        dataset: str | Path | TaskSource = "short-strings",
-        format: str | None = None,
-        split: str = "all",
-        rewards: str = "default",
-        **kwargs: Any,
-    ):
-        if rewards not in REWARD_SETS:
-            raise ValueError(f"rewards must be one of {REWARD_SETS}, got {rewards!r}")
-        self.reward_set = rewards
-        if not isinstance(letter, str) or len(letter) != 1 or not letter.isalpha():
-            raise ValueError(f"letter must be a single alphabetic character, got {letter!r}")
-        if int(max_digits) < 1:
-            raise ValueError(f"max_digits must be >= 1, got {max_digits}")
-        self.letter = letter
-        self.max_digits = int(max_digits)
-        if isinstance(scales, str):
-            if scales != "unit":
-                raise ValueError(f"scales must be 3 numbers or 'unit', got {scales!r}")
-            if rewards == "anchor":
+    def __init__(self, settings: ToySettings | None = None, **kwargs: Any):
+        s = ToySettings.read(settings, kwargs)
+        self.reward_set = s.rewards
+        if len(s.letter) != 1 or not s.letter.isalpha():
+            raise ValueError(f"letter must be a single alphabetic character, got {s.letter!r}")
+        self.letter = s.letter
+        self.max_digits = s.max_digits
+        scales: Any = s.scales
+        if scales == "unit":
+            if s.rewards == "anchor":
                 raise ValueError("scales='unit' needs a capped digit reward; rewards='anchor' is uncapped")
             scales = (1.0 / self.max_digits, 1.0, 1.0)
         self.scales = np.asarray(scales, dtype=np.float64)
         if self.scales.shape != (3,) or not np.all(np.isfinite(self.scales)) or np.any(self.scales <= 0):
             raise ValueError(f"scales must be 3 positive numbers, got {scales!r}")
-        options = {"num_tasks": num_tasks, "prompt_template": prompt_template}
+        options = {"num_tasks": s.num_tasks, "prompt_template": s.prompt_template}
         tasks = DATASETS.load(
-            dataset, format=format, split=split, **(options if dataset == "short-strings" else {})
+            s.dataset, format=s.format, split=s.split, **(options if s.dataset == "short-strings" else {})
         )
-        names = reward_names(letter, rewards)
-        if rewards == "anchor":
-            # uncapped, but an accepted action has at most max_action_chars characters
-            digit_high = float(kwargs.get("max_action_chars", MAX_ACTION_CHARS))
-        else:
-            digit_high = float(self.max_digits)
+        names = reward_names(s.letter, s.rewards)
+        # anchor: uncapped, but an accepted action has at most max_action_chars characters
+        digit_high = float(s.max_action_chars if s.rewards == "anchor" else self.max_digits)
         highs = self.scales * np.array([digit_high, 1.0, 1.0])
         super().__init__(
             tasks=tasks,
             reward_names=names,
             reward_low=(0.0, 0.0, 0.0),
             reward_high=tuple(float(h) for h in highs),
-            reward_weights=reward_weights,
-            **kwargs,
+            reward_weights=s.reward_weights,
+            max_action_chars=s.max_action_chars,
+            render_mode=s.render_mode,
         )
 
     def _observe_task(self, task: Task) -> dict:

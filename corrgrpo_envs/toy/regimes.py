@@ -34,16 +34,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
 from corrgrpo_envs.metrics import EpisodeRecord
-from corrgrpo_envs.tasks import Task, TaskSource
-from corrgrpo_envs.toy.datasets import DATASETS, PROMPT_TEMPLATE
+from corrgrpo_envs.tasks import Task
+from corrgrpo_envs.toy.datasets import DATASETS
 from corrgrpo_envs.toy.metrics import toy_metrics
+from corrgrpo_envs.toy.settings import RegimeSettings
 
 __all__ = ["REGIMES", "Regime", "RegimeEnv", "RewardComponent"]
 
@@ -122,39 +122,27 @@ REGIMES: dict[str, Regime] = {
 class RegimeEnv(MultiRewardEnv):
     """Single-turn toy env whose rewards are one of :data:`REGIMES`.
 
-    Args:
-        regime: the reward set's name (``scale``, ``redundant``, ``tradeoff``, ``sparse``,
-            ``mixed``).
-        num_tasks: number of built-in prompts (ids ``prompt-0000`` ...).
-        reward_weights: weights of the components (default all 1).
-        prompt_template, dataset, format, split: as for ``corrgrpo/ScaleDominance-v0``.
+    Its keyword arguments are the fields of :class:`~corrgrpo_envs.toy.settings.RegimeSettings`
+    (declared there once); a ``RegimeSettings`` object may be given instead (``settings``).
     """
 
-    def __init__(
-        self,
-        regime: str = "scale",
-        num_tasks: int = 64,
-        reward_weights: Sequence[float] | None = None,
-        prompt_template: str = PROMPT_TEMPLATE,
-        dataset: str | Path | TaskSource = "short-strings",
-        format: str | None = None,
-        split: str = "all",
-        **kwargs: Any,
-    ):
-        if regime not in REGIMES:
-            raise ValueError(f"regime must be one of {sorted(REGIMES)}, got {regime!r}")
-        self.regime = REGIMES[regime]
-        options = {"num_tasks": num_tasks, "prompt_template": prompt_template}
+    def __init__(self, settings: RegimeSettings | None = None, **kwargs: Any):
+        s = RegimeSettings.read(settings, kwargs)
+        if s.regime not in REGIMES:
+            raise ValueError(f"regime must be one of {sorted(REGIMES)}, got {s.regime!r}")
+        self.regime = REGIMES[s.regime]
+        options = {"num_tasks": s.num_tasks, "prompt_template": s.prompt_template}
         tasks = DATASETS.load(
-            dataset, format=format, split=split, **(options if dataset == "short-strings" else {})
+            s.dataset, format=s.format, split=s.split, **(options if s.dataset == "short-strings" else {})
         )
         super().__init__(
             tasks=tasks,
             reward_names=self.regime.reward_names,
             reward_low=tuple(0.0 for _ in self.regime.components),
             reward_high=tuple(c.high for c in self.regime.components),
-            reward_weights=reward_weights,
-            **kwargs,
+            reward_weights=s.reward_weights,
+            max_action_chars=s.max_action_chars,
+            render_mode=s.render_mode,
         )
 
     def _observe_task(self, task: Task) -> dict:

@@ -91,14 +91,9 @@ def load_or_report(load: Callable[[Any, list[str]], Any], args: argparse.Namespa
     from rich.markup import escape
 
     from corrgrpo.trainer.config import ConfigError
-    from corrgrpo_envs.registry import check_id
 
     try:
-        cfg = load(args.config, args.overrides)
-        env = getattr(cfg, "env", None)
-        if isinstance(env, dict) and env.get("id"):
-            check_id(env["id"])  # before any model is loaded: a typo costs one line
-        return cfg
+        return load(args.config, args.overrides)  # env.id is resolved there, before any model loads
     except (ConfigError, FileNotFoundError, ValueError) as exc:  # escaped: it quotes the user's values
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         return None

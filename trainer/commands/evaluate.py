@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     # the trainer's rule: torch's default (a thread per core) collapses tens of times when
     # another process holds a core, as it does in a test suite or beside a training run
     threads, source = apply_threads(cfg.rollout.torch_threads)
-    console.print(f"corrgrpo eval {escape(str(cfg.env['id']))} | {threads} torch thread(s) ({source})", soft_wrap=True)
+    console.print(f"corrgrpo eval {escape(cfg.env.id)} | {threads} torch thread(s) ({source})", soft_wrap=True)
     try:  # evaluate() closes its envs however it ends
         result = evaluate(
             cfg, checkpoint=args.checkpoint, split=args.split, limit=args.limit,

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 def _banner(cfg, trainer) -> str:
     from rich.markup import escape
 
-    source = cfg.env.get("id") if cfg.data.source == "env" else ", ".join(cfg.data.files)
+    source = cfg.env.id if cfg.env is not None and cfg.data.source == "env" else ", ".join(cfg.data.files)
     lora = f" | LoRA r={cfg.model.lora.r}" if cfg.model.lora.r > 0 else ""
     # escaped: the whole line is the user's text (ids, paths) but for the bold name
     return "[bold]corrgrpo sft[/bold] " + escape(

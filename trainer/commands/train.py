@@ -49,7 +49,7 @@ def _banner(cfg, trainer) -> str:
 
     # escaped: the whole line is the user's text (ids, paths) but for the bold name
     return "[bold]corrgrpo[/bold] " + escape(
-        f"{cfg.env['id']} | model {cfg.model.name_or_path} | "
+        f"{cfg.env.id} | model {cfg.model.name_or_path} | "
         f"estimator {cfg.algorithm.estimator} | loss {cfg.algorithm.loss} | "
         f"{cfg.algorithm.prompts_per_step} x {cfg.algorithm.group_size} rollouts/step | "
         f"{trainer.world} process(es) x {trainer.torch_threads} torch thread(s) "

@@ -10,11 +10,14 @@ per-response loss weight (e.g. GD²PO's keep weight) and the estimator's own dia
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch
 
@@ -34,7 +37,9 @@ __all__ = [
     "check_eps",
     "decomposed",
     "get_estimator",
+    "EstimatorOptions",
     "option_names",
+    "options_class",
     "register_estimator",
 ]
 
@@ -157,3 +162,59 @@ def check_choice(value: str, choices: tuple[str, ...], name: str) -> str:
     if value not in choices:
         raise ValueError(f"option {name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
     return value
+
+
+class EstimatorOptions(Mapping[str, Any]):
+    """The base of an estimator's options class (:func:`options_class`): a dataclass of its
+    keyword-only parameters that reads as a mapping, so ``estimator(groups, **options)`` works."""
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.__dataclass_fields__:  # type: ignore[attr-defined]
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.__dataclass_fields__)  # type: ignore[attr-defined]
+
+    def __len__(self) -> int:
+        return len(self.__dataclass_fields__)  # type: ignore[attr-defined]
+
+
+#: Option types a config can give (YAML values); an option of another type is taken as it is.
+_YAML_TYPES = (type(None), bool, int, float, str, list, dict)
+
+
+def _config_type(tp: Any) -> Any:
+    """``tp`` when a YAML value can be checked against it, else ``Any``."""
+    origin = typing.get_origin(tp)
+    if origin is Literal or tp in _YAML_TYPES or origin in (list, dict):
+        return tp
+    if origin in (typing.Union, types.UnionType):
+        args = [_config_type(a) for a in typing.get_args(tp)]
+        return Any if Any in args else tp
+    return Any
+
+
+@functools.lru_cache(maxsize=256)
+def options_class(fn: Estimator) -> type[EstimatorOptions]:
+    """The options of estimator ``fn`` as a dataclass: one field per keyword-only parameter, with
+    its annotation (``Any`` where a YAML value cannot be checked against it) and default; the
+    declaration ``algorithm.estimator_options`` is built and checked against."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # an annotation that does not evaluate: take the values as they are
+        hints = {}
+    fields = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is not inspect.Parameter.KEYWORD_ONLY:
+            continue
+        tp = _config_type(hints.get(p.name, Any))
+        if p.default is inspect.Parameter.empty:
+            fields.append((p.name, tp))
+        elif isinstance(p.default, (list, dict, set)):  # a fresh copy per object, as dataclasses want
+            fields.append((p.name, tp, dataclasses.field(default_factory=functools.partial(type(p.default),
+                                                                                            p.default))))
+        else:
+            fields.append((p.name, tp, dataclasses.field(default=p.default)))
+    name = "".join(part.title() for part in getattr(fn, "__name__", "estimator").split("_")) + "Options"
+    return dataclasses.make_dataclass(name, fields, bases=(EstimatorOptions,), eq=True)

@@ -29,8 +29,7 @@ its own slice, as TRL does. ``estimator=None`` keeps TRL's aggregation
 schedule and the gates. ::
 
     from trl import GRPOConfig
-    from corrgrpo_envs.integrations.trl import for_trl
-    from corrgrpo.trainer.integrations.trl import CorrGRPOTrainer
+    from corrgrpo.trainer.integrations.trl import CorrGRPOTrainer, for_trl
 
     setup = for_trl("corrgrpo/ScaleDominance-v0", split="train")
     trainer = CorrGRPOTrainer(
@@ -56,12 +55,17 @@ from corrgrpo.trainer.estimators.reward_gates import RewardGates, check_reward_g
 from corrgrpo.trainer.estimators.reward_metrics import estimator_metrics, reward_metrics
 from corrgrpo.trainer.estimators.reward_weights import RewardWeights, resolve_reward_weights
 
+# The env adapter, re-exported so that one import line gives a TRL user both halves.
+from corrgrpo_envs.integrations.trl import TRLSetup, for_trl
+
 __all__ = [
     "METRIC_PREFIX",
     "TRL_EPS",
     "TRL_EQUIVALENTS",
     "CorrGRPOMixin",
     "CorrGRPOTrainer",  # noqa: F822 (built on first access, by the module's __getattr__)
+    "TRLSetup",
+    "for_trl",
     "diagnostic_metrics",
     "bounds_of",
     "group_ids_of",
