@@ -265,6 +265,7 @@ def _verdict(refused: bool, what: str, attack: _Attack) -> tuple[bool, str]:
                   f"log +{attack.logged} bytes (bound {LOG_BYTES})")
 
 
+# ------------------------------------------------------------------ WebSocket helpers
 def _ws_url(base: str) -> str:
     return base.replace("http://", "ws://", 1) + "/ws"
 

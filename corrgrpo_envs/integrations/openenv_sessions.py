@@ -38,6 +38,7 @@ from corrgrpo_envs.integrations.openenv_quotas import (
 
 __all__ = ["WebSocketConnection", "LimitedEnvServer"]
 
+#: ASGI's types, for a connection's messages here and the middleware's calls.
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
