@@ -280,8 +280,8 @@ async def wrong_token(url: str, seconds: float, token: str | None) -> dict[str, 
 
 
 # the red-team probes' own helpers: one definition of the socket URL and of how a close reads
-from corrgrpo_envs.integrations.openenv_probes import _closed_as as _closed_code  # noqa: E402
-from corrgrpo_envs.integrations.openenv_probes import _ws_url  # noqa: E402
+from corrgrpo_envs.integrations.openenv_probe_harness import _closed_as as _closed_code  # noqa: E402
+from corrgrpo_envs.integrations.openenv_probe_harness import _ws_url  # noqa: E402
 
 
 async def squat(url: str, seconds: float, token: str | None) -> dict[str, Any]:

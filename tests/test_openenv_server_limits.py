@@ -261,18 +261,18 @@ def test_connect_close_churn_is_rate_limited_and_does_not_stall_sessions(server)
 def test_uvicorns_handshake_error_is_dropped_only_after_our_own_refusal():
     import logging
 
-    from corrgrpo_envs.integrations import openenv_limits
+    from corrgrpo_envs.integrations import openenv_middleware
 
     record = logging.LogRecord("uvicorn.error", logging.ERROR, __file__, 1,
-                               openenv_limits._RefusalLogFilter.MESSAGE, None, None)
+                               openenv_middleware._RefusalLogFilter.MESSAGE, None, None)
     other = logging.LogRecord("uvicorn.error", logging.ERROR, __file__, 1, "Exception in ASGI application", None, None)
-    log_filter = openenv_limits._RefusalLogFilter()
+    log_filter = openenv_middleware._RefusalLogFilter()
     assert log_filter.filter(record)  # an app that forgot its handshake still shows
-    token = openenv_limits._REFUSED_HANDSHAKE.set(True)
+    token = openenv_middleware._REFUSED_HANDSHAKE.set(True)
     try:
         assert not log_filter.filter(record) and log_filter.filter(other)
     finally:
-        openenv_limits._REFUSED_HANDSHAKE.reset(token)
+        openenv_middleware._REFUSED_HANDSHAKE.reset(token)
 
 
 # ------------------------------------------------------------- sessions, CLI

@@ -71,7 +71,7 @@ def test_the_openenv_classes_hold():
 def test_the_round_trip_bound_is_calibrated_on_the_calm_window_before_the_attack():
     from collections import Counter
 
-    from corrgrpo_envs.integrations.openenv_probes import _Attack, _verdict
+    from corrgrpo_envs.integrations.openenv_probe_harness import _Attack, _verdict
 
     def attack(p99: float, calm: float) -> _Attack:
         return _Attack(Counter(refused=3), p99, None, 100, 1.0, 0, calm)
