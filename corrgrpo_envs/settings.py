@@ -83,7 +83,10 @@ class EnvSettings(EnvSection):
         the wrong type or out of range; TypeError for a settings object of another class.
         """
         if settings is not None and not isinstance(settings, cls):
-            raise TypeError(f"settings must be a {cls.__name__}, got {type(settings).__name__}")
+            # most likely an older call that passed its first setting by position
+            raise TypeError(f"settings must be a {cls.__name__}, got {type(settings).__name__} "
+                            f"{settings!r:.60}: give the settings by keyword (e.g. dataset=...) "
+                            f"or as a {cls.__name__}")
         if settings is not None and not kwargs:
             return validate(settings)
         base = settings.kwargs() if settings is not None else {}

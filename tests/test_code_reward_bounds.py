@@ -78,7 +78,7 @@ def longest(request):
         dataset = str(LEETCODE_TEST)
     else:
         dataset = "humaneval"
-    env = CodeEnv(dataset, backend="process", efficiency="off", timeout=2.0)
+    env = CodeEnv(dataset=dataset, backend="process", efficiency="off", timeout=2.0)
     yield env, _longest_task(env)
     env.close()
 

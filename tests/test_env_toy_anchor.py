@@ -78,7 +78,7 @@ def test_anchor_names_ranges_make_and_reference():
 
 
 def test_anchor_errors_and_default_unchanged():
-    with pytest.raises(ValueError, match="rewards must be one of"):
+    with pytest.raises(ValueError, match="rewards: .trl. is not allowed; allowed values: one of .default., .anchor."):
         ScaleDominanceEnv(rewards="trl")
     with pytest.raises(ValueError, match="uncapped"):
         ScaleDominanceEnv(rewards="anchor", scales="unit")
