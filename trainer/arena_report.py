@@ -78,7 +78,7 @@ def _env_metrics(folder: Path, sets: list[str]) -> dict[str, dict[str, float]]:
 
 
 def _run_numbers(folder: Path, names: list[str], low: np.ndarray, high: np.ndarray,
-                 sets: list[str] = ("eval",)) -> dict[str, Any] | None:
+                 sets: tuple[str, ...] | list[str] = ("eval",)) -> dict[str, Any] | None:
     """One finished run's final values, held-out means and score, env metrics, and seconds per step."""
     records, eval_path = _records(folder), folder / EVAL_FILE
     if not records or not eval_path.exists():
