@@ -126,8 +126,10 @@ def test_the_printed_commands_run_the_arena_and_the_report_merges_them(tmp_path,
         assert row["final"]["weighted"]["values"][0] == pytest.approx(final)
         assert not list((out / "redundant" / estimator / "s0").glob("checkpoint-*"))  # removed once evaluated
     versus = entry["estimators"]["gdpo"]["vs_baseline"]
-    assert set(versus) == {"score", "final/has_a", "final/word_with_a", "final/has_b", "final/weighted"}
-    assert result["num_tests"] == 5 and all("p_holm" in v or not np.isfinite(v["p"]) for v in versus.values())
+    # the score, each reward's final value, and each env metric of the eval split's evaluation
+    assert set(versus) == {"score", "final/has_a", "final/word_with_a", "final/has_b", "final/weighted",
+                           "env/eval/has_a", "env/eval/word_with_a", "env/eval/has_b", "env/eval/total"}
+    assert result["num_tests"] == 9 and all("p_holm" in v or not np.isfinite(v["p"]) for v in versus.values())
     report = (out / "report.md").read_text()
     assert "## redundant" in report and "Paired difference to grpo" in report and "ms/call" in report
     assert (out / "pareto.png").stat().st_size > 1000
@@ -184,3 +186,120 @@ def test_advice_on_the_grpo_runs_is_checked_against_the_arena(tmp_path):
 def test_a_noisy_lower_mean_never_ranks_above_a_precise_higher_one():
     # c's wide interval reaches a's, but b (higher, precise) does not: c cannot share a's tier
     assert tiers({"a": (10.0, 0.5), "b": (9.0, 0.2), "c": (8.0, 3.0)}) == {"a": 1, "b": 2, "c": 2}
+
+
+# ------------------------------------------------------------------------------ extra held-out sets
+def test_an_eval_set_is_its_name_split_limit_and_settings_and_reads_back_from_its_words():
+    from corrgrpo.trainer.arena import EvalSet, eval_set_words, parse_eval_set
+
+    words = ["bfcl", "limit=100", "env.dataset=/data/bfcl", "env.dataset_options={a: 1, b: [2, 3]}",
+             "rollout.max_new_tokens=256"]
+    got = parse_eval_set(words, default_limit=64)
+    assert got == EvalSet("bfcl", ("env.dataset=/data/bfcl", "env.dataset_options={a: 1, b: [2, 3]}",
+                                   "rollout.max_new_tokens=256"), "eval", 100)
+    assert got.file == "eval-bfcl.json"
+    assert parse_eval_set(eval_set_words(got)) == got  # what --commands prints reads back the same
+    assert parse_eval_set(["train_part", "split=train"], default_limit=64) == EvalSet("train_part", (), "train", 64)
+    assert parse_eval_set(["all", "split=all", "limit=0"], default_limit=64).limit is None
+    for bad, message in [([], "needs a NAME"), (["eval"], "not a set name"), (["a/b"], "not a set name"),
+                         (["x", "limit=many"], "not a number"), (["x", "env.dataset"], "not KEY=VALUE"),
+                         (["x", "dataset=foo"], "dotted config settings"), (["x", "split="], "needs a split")]:
+        with pytest.raises(ValueError, match=message):
+            parse_eval_set(bad)
+
+
+def test_the_plan_checks_each_eval_set_and_a_run_needs_all_its_evaluations(tmp_path):
+    from corrgrpo.trainer.arena import EvalSet
+    from corrgrpo.trainer.run_queue import ModelRemoved
+
+    extra = EvalSet("extra", ("rollout.max_new_tokens=2",), "train", 3)
+    plan = plan_arena(["arena/scale.yaml"], ["train.steps=2"], ["grpo"], 1, tmp_path, eval_limit=4,
+                      eval_sets=[extra])
+    assert plan.to_json()["eval_sets"] == [{"name": "extra", "split": "train", "limit": 3,
+                                            "overrides": ["rollout.max_new_tokens=2"]}]
+    with pytest.raises(ValueError, match="--eval-set bad.*no_such_split"):
+        plan_arena(["arena/scale.yaml"], [], ["grpo"], 1, tmp_path, eval_sets=[EvalSet("bad", (), "no_such_split")])
+    with pytest.raises(ValueError, match="two sets of one name"):
+        plan_arena(["arena/scale.yaml"], [], ["grpo"], 1, tmp_path, eval_sets=[extra, extra])
+    with pytest.raises(Exception, match="no_such_key"):
+        plan_arena(["arena/scale.yaml"], [], ["grpo"], 1, tmp_path,
+                   eval_sets=[EvalSet("bad", ("rollout.no_such_key=1",))])
+
+    run = plan.runs()[0]
+    job = run.job(save_every=1, threads=1)
+    assert job["train"] is not None and [e["split"] for e in job["evals"]] == ["eval", "train"]
+    assert [e["limit"] for e in job["evals"]] == [4, 3]
+    assert job["evals"][1]["overrides"][-3:-2] == ["rollout.max_new_tokens=2"]  # after the run's own
+    final = run.folder / "checkpoint-2"
+    final.mkdir(parents=True)
+    (final / "checkpoint.json").write_text("{}")
+    (run.folder / "eval.json").write_text("{}")
+    assert not run.finished  # eval-extra.json is missing: only that evaluation is left
+    job = run.job(save_every=1, threads=1)
+    assert job["train"] is None and [e["out"] for e in job["evals"]] == [str(run.folder / "eval-extra.json")]
+    (run.folder / "eval-extra.json").write_text("{}")
+    assert run.finished
+    (run.folder / "eval-extra.json").unlink()
+    import shutil
+
+    shutil.rmtree(final)  # the model removed after its first evaluation: retraining is refused
+    with pytest.raises(ModelRemoved, match="eval-extra.json missing"):
+        run.job(save_every=1, threads=1)
+
+
+def test_headline_metrics_are_the_overall_numbers_less_counts_and_per_evaluation_bounds():
+    from corrgrpo.trainer.arena_report import headline_metrics
+
+    metrics = {"num_examples": 10.0, "num_with_calls": 9.0, "all_exact_accuracy": 40.0, "all_exact_ci95_low": 20.0,
+               "all_exact_ci95_high": 60.0, "format": 90.0, "BFCL_v4_multiple/all_exact_accuracy": 30.0,
+               "note": "text", "flag": True}
+    assert headline_metrics(metrics) == ["all_exact_accuracy", "format"]
+
+
+@pytest.mark.slow
+def test_an_extra_set_is_evaluated_resumed_printed_and_reported(tmp_path):
+    out = tmp_path / "arena"
+    common = ["arena", "arena/redundant.yaml", "train.steps=1", "algorithm.prompts_per_step=2",
+              "rollout.max_new_tokens=8", "--estimators", "grpo,gdpo", "--seeds", "2", "--out", str(out),
+              "--eval-limit", "4", "--eval-set", "extra", "split=train", "limit=3", "rollout.max_new_tokens=2"]
+    printed = _corrgrpo(*common, "--commands", cwd=tmp_path)
+    lines = printed.stdout.strip().splitlines()
+    assert printed.returncode == 0 and len(lines) == 4, printed.stdout + printed.stderr
+    assert all(" --eval-set extra split=train limit=3 rollout.max_new_tokens=2 --only " in line for line in lines)
+
+    done = _corrgrpo(*common, "--parallel", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for estimator in ("grpo", "gdpo"):
+        for seed in (0, 1):
+            run = out / "redundant" / estimator / f"s{seed}"
+            extra = json.loads((run / "eval-extra.json").read_text())
+            default = json.loads((run / "eval.json").read_text())
+            assert (extra["split"], extra["tasks"], extra["eval_set"]) == ("train", 3, "extra")
+            assert (default["split"], default["tasks"]) == ("eval", 4)
+            assert not list(run.glob("*.partial"))
+    result = json.loads((out / "results.json").read_text())
+    assert result["meta"]["plan"]["eval_sets"][0]["name"] == "extra"
+    gdpo = result["regimes"]["redundant"]["estimators"]["gdpo"]
+    assert set(gdpo["env_metrics"]) == {"eval", "extra"}
+    # each value is the run's own file's: seed 1's extra-set total
+    total = json.loads((out / "redundant/gdpo/s1/eval-extra.json").read_text())["metrics"]["total"]
+    assert gdpo["env_metrics"]["extra"]["total"]["values"][1] == pytest.approx(total)
+    env_tests = [k for k in gdpo["vs_baseline"] if k.startswith("env/")]
+    assert "env/extra/total" in env_tests and "env/eval/has_b" in env_tests
+    assert result["num_tests"] == 5 + len(env_tests)  # the score, 4 final values, and every env metric
+    report = (out / "report.md").read_text()
+    assert "Env metrics on extra set `extra`: split `train`, first 3 tasks" in report
+    assert "Env metrics on the eval split" in report
+
+    # a run that lost one set's file is unfinished: printed again, and refused (its model is gone)
+    (out / "redundant/gdpo/s1/eval-extra.json").unlink()
+    again = _corrgrpo(*common, "--commands", cwd=tmp_path).stdout.strip().splitlines()
+    assert len(again) == 1 and again[0].endswith("--only redundant/gdpo/s1")
+    refused = _corrgrpo(*common, "--only", "redundant/gdpo/s1", cwd=tmp_path)
+    assert refused.returncode == 2 and "eval-extra.json missing" in refused.stdout
+    merged = _corrgrpo(*common, "--report", cwd=tmp_path)  # the report: seed 1 lacks the set
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    gdpo = json.loads((out / "results.json").read_text())["regimes"]["redundant"]["estimators"]["gdpo"]
+    assert gdpo["env_metrics"]["extra"]["total"]["values"] == [pytest.approx(
+        json.loads((out / "redundant/gdpo/s0/eval-extra.json").read_text())["metrics"]["total"])]
+    assert "env/extra/total" not in gdpo["vs_baseline"]  # one paired seed is no test

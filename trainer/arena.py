@@ -3,10 +3,11 @@
 A *regime* is a training config (``env_configs/arena/`` ships five: :mod:`corrgrpo_envs.toy.regimes`);
 the arena trains each of them once per estimator and seed, changing nothing else
 (``algorithm.estimator`` and ``train.seed``), evaluates each final model on the regime's
-held-out split (sampling as in training, or greedily), and writes one folder::
+held-out split (sampling as in training, or greedily) and on each extra held-out set given
+(:func:`parse_eval_set`: ``--eval-set NAME [split=S] [limit=N] KEY=VALUE ...``), and writes one folder::
 
-    OUT/arena.json                      the plan: configs, overrides, estimators, seeds, steps
-    OUT/<regime>/<estimator>/s<seed>/   each run: metrics.jsonl, eval.json, run.log
+    OUT/arena.json                      the plan: configs, overrides, estimators, seeds, steps, sets
+    OUT/<regime>/<estimator>/s<seed>/   each run: metrics.jsonl, eval.json, eval-<set>.json, run.log
     OUT/results.json, OUT/report.md     every number of the report, and its tables
     OUT/pareto.png                      each regime's rewards, one point per estimator
 
@@ -20,6 +21,7 @@ the report once they are done. The analysis is :mod:`corrgrpo.trainer.arena_repo
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -28,12 +30,57 @@ from pathlib import Path
 from typing import Any
 
 from corrgrpo.trainer.config import load_config, resolve_config_path
-from corrgrpo.trainer.run_queue import QueuedRun, run_all, run_one, threads_per_run
+from corrgrpo.trainer.run_queue import EvalSet, QueuedRun, run_all, run_one, threads_per_run
 
-__all__ = ["ArenaPlan", "BASELINE", "plan_arena", "regime_configs", "run_arena", "scheduler_commands"]
+__all__ = ["ArenaPlan", "BASELINE", "EvalSet", "eval_set_words", "parse_eval_set", "plan_arena", "regime_configs",
+           "run_arena", "scheduler_commands"]
 
 #: The estimator every other one is compared with, seed by seed.
 BASELINE = "grpo"
+
+
+#: An extra set's name: it names a file (``eval-<name>.json``) and a column of the report.
+_SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def parse_eval_set(words: Sequence[str], default_limit: int | None = None) -> EvalSet:
+    """An extra held-out set from ``NAME [split=SPLIT] [limit=N] [KEY=VALUE ...]``.
+
+    ``split`` (default ``eval``, the env's eval split) and ``limit`` (default ``default_limit``,
+    the arena's ``--eval-limit``; 0: every task) are the set's own; every other word is a config
+    setting of its evaluation, applied after the run's (dotted, as on the command line, e.g.
+    ``env.dataset=data/bfcl``; a value may hold commas and ``=``). ValueError for a bad word.
+    """
+    if not words:
+        raise ValueError("--eval-set needs a NAME, e.g. --eval-set bfcl env.dataset=data/bfcl")
+    name, *rest = words
+    if not _SET_NAME.fullmatch(name) or name == "eval":
+        raise ValueError(f"--eval-set: {name!r} is not a set name (letters, digits, _ and -; not 'eval', "
+                         "the name of the default held-out evaluation)")
+    split, limit, overrides = "eval", default_limit, []
+    for word in rest:
+        key, sep, value = word.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--eval-set {name}: {word!r} is not KEY=VALUE")
+        if key == "split":
+            split = value
+        elif key == "limit":
+            if not value.isdigit():
+                raise ValueError(f"--eval-set {name}: limit={value} is not a number of tasks (0: all)")
+            limit = int(value) or None
+        elif "." in key:
+            overrides.append(word)
+        else:
+            raise ValueError(f"--eval-set {name}: {word!r}: a set takes split=, limit= and dotted config "
+                             "settings (e.g. env.dataset=...)")
+    if not split:
+        raise ValueError(f"--eval-set {name}: split= needs a split name")
+    return EvalSet(name, tuple(overrides), split, limit)
+
+
+def eval_set_words(eval_set: EvalSet) -> list[str]:
+    """The words :func:`parse_eval_set` reads back into ``eval_set`` (its limit always written)."""
+    return [eval_set.name, f"split={eval_set.split}", f"limit={eval_set.limit or 0}", *eval_set.overrides]
 
 
 def regime_configs(items: Sequence[str]) -> dict[str, Path]:
@@ -68,6 +115,7 @@ class ArenaPlan:
     eval_limit: int | None
     keep_checkpoints: bool = False
     eval_sample: bool = True
+    eval_sets: tuple[EvalSet, ...] = ()
 
     def runs(self) -> list[QueuedRun]:
         """Every run, seed-major (an interrupted arena still has whole seeds)."""
@@ -77,7 +125,7 @@ class ArenaPlan:
                 config=str(config), seed=seed, steps=self.steps[regime],
                 overrides=(*self.overrides, f"algorithm.estimator={estimator}"),
                 eval_limit=self.eval_limit, keep_checkpoints=self.keep_checkpoints,
-                eval_options=("--sample",) if self.eval_sample else (),
+                eval_options=("--sample",) if self.eval_sample else (), eval_sets=self.eval_sets,
             )
             for seed in range(self.seeds)
             for regime, config in self.regimes.items()
@@ -87,26 +135,52 @@ class ArenaPlan:
     def to_json(self) -> dict[str, Any]:
         return {"regimes": {r: str(p) for r, p in self.regimes.items()}, "estimators": self.estimators,
                 "seeds": self.seeds, "overrides": self.overrides, "steps": self.steps,
-                "eval_limit": self.eval_limit, "eval": "sample" if self.eval_sample else "greedy"}
+                "eval_limit": self.eval_limit, "eval": "sample" if self.eval_sample else "greedy",
+                "eval_sets": [{"name": s.name, "split": s.split, "limit": s.limit, "overrides": list(s.overrides)}
+                              for s in self.eval_sets]}
 
 
 def plan_arena(items: Sequence[str], overrides: Sequence[str], estimators: Sequence[str] | None,
                seeds: int, out: str | Path, eval_limit: int | None = None,
-               keep_checkpoints: bool = False, eval_sample: bool = True) -> ArenaPlan:
-    """Check every regime x estimator config now (a bad one fails before any run) and plan."""
+               keep_checkpoints: bool = False, eval_sample: bool = True,
+               eval_sets: Sequence[EvalSet] = ()) -> ArenaPlan:
+    """Check every regime x estimator config now, and each extra set's config and split on
+    every regime (a bad one fails before any run), and plan."""
     from corrgrpo.trainer.estimators import available_estimators
 
     regimes = regime_configs(items)
     names = list(estimators) if estimators else available_estimators()
     if BASELINE not in names:
         names.insert(0, BASELINE)  # the paired baseline of every comparison
+    seen = [s.name for s in eval_sets]
+    if len(set(seen)) < len(seen):
+        raise ValueError(f"--eval-set: two sets of one name ({', '.join(sorted({n for n in seen if seen.count(n) > 1}))})")
     steps = {}
     for regime, config in regimes.items():
         for name in names:
             cfg = load_config(config, [*overrides, f"algorithm.estimator={name}"])
         steps[regime] = cfg.train.steps
+        for eval_set in eval_sets:
+            _check_eval_set(config, [*overrides, *eval_set.overrides], eval_set)
     return ArenaPlan(Path(out), regimes, names, seeds, list(overrides), steps, eval_limit, keep_checkpoints,
-                     eval_sample)
+                     eval_sample, tuple(eval_sets))
+
+
+def _check_eval_set(config: Path, overrides: list[str], eval_set: EvalSet) -> None:
+    """The set's env, made once now: a bad setting, split or data path fails before any run."""
+    import corrgrpo_envs
+    from corrgrpo.trainer.setup import env_kwargs
+
+    cfg = load_config(config, overrides)
+    try:
+        env = corrgrpo_envs.make(cfg.env.id, **env_kwargs(cfg, eval_set.split))
+    except Exception as exc:  # noqa: BLE001 - any env's own error, named with the set it came from
+        raise ValueError(f"--eval-set {eval_set.name}: {type(exc).__name__}: {exc}") from exc
+    try:
+        if not env.unwrapped.task_ids:
+            raise ValueError(f"--eval-set {eval_set.name}: split {eval_set.split!r} holds no task")
+    finally:
+        env.close()
 
 
 def scheduler_commands(plan: ArenaPlan, argv_prefix: Sequence[str]) -> list[str]:

@@ -9,9 +9,13 @@ Measures (the same for every regime):
   (``eval.json``): each reward's mean and the *score*, the mean over rewards of each reward's
   mean in percent of its range (0 = every reward at its low end, 100 = every one at its high
   end), so that every reward has an equal say whatever its scale;
+- *env metrics*: the env's own headline metrics (:func:`headline_metrics`) of that evaluation
+  and of each extra held-out set's (``eval-<set>.json``), e.g. ToolCall's ``all_exact_accuracy``
+  (on BFCL's Python categories, BFCL's own verdict);
 - each number is a mean over seeds with the half-width of its 95 % t-interval; an estimator is
-  compared with GRPO seed by seed (paired t-test) on the held-out score and on each reward's
-  final value, and the p-values are Holm-corrected over every test of the arena;
+  compared with GRPO seed by seed (paired t-test) on the held-out score, on each reward's
+  final value and on each env metric of each evaluation, and the p-values are Holm-corrected
+  over every test of the arena;
 - *tiers* rank estimators by held-out score: the best one left opens a tier, and every
   estimator whose interval overlaps its interval joins it (indistinguishable at this number of
   seeds);
@@ -36,8 +40,10 @@ import numpy as np
 from corrgrpo.trainer.arena import BASELINE, ArenaPlan
 from corrgrpo.trainer.paired_stats import holm, interval, paired_difference, tiers
 from corrgrpo.trainer.pareto import non_dominated
+from corrgrpo.trainer.run_queue import EVAL_FILE
 
-__all__ = ["LAST", "analyze", "check_advice", "estimator_seconds", "report_markdown", "versions", "write_report"]
+__all__ = ["LAST", "analyze", "check_advice", "estimator_seconds", "headline_metrics", "report_markdown", "versions",
+           "write_report"]
 
 #: A run's final value of a reward is the mean of its last LAST steps' batch means.
 LAST = 5
@@ -50,9 +56,31 @@ def _records(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _run_numbers(folder: Path, names: list[str], low: np.ndarray, high: np.ndarray) -> dict[str, Any] | None:
-    """One finished run's final values, held-out means and score, and seconds per step."""
-    records, eval_path = _records(folder), folder / "eval.json"
+def headline_metrics(metrics: dict[str, Any]) -> list[str]:
+    """The env metrics the report tabulates, in the env's order: the overall ones (a key with
+    ``/`` is a per-data-set breakdown, left in the file), numeric, less counts (``num_*``)
+    and the evaluation's own interval bounds (``*_ci95_low``/``_high``: the report's interval
+    is over seeds)."""
+    return [k for k, v in metrics.items()
+            if "/" not in k and not k.startswith("num_") and not k.endswith(("_ci95_low", "_ci95_high"))
+            and isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def _env_metrics(folder: Path, sets: list[str]) -> dict[str, dict[str, float]]:
+    """``{set: {metric: value}}`` of a run's evaluations that exist (``eval`` is ``eval.json``)."""
+    out = {}
+    for name in sets:
+        path = folder / (EVAL_FILE if name == "eval" else f"eval-{name}.json")
+        if path.exists():
+            metrics = json.loads(path.read_text()).get("metrics", {})
+            out[name] = {k: float(metrics[k]) for k in headline_metrics(metrics)}
+    return out
+
+
+def _run_numbers(folder: Path, names: list[str], low: np.ndarray, high: np.ndarray,
+                 sets: tuple[str, ...] | list[str] = ("eval",)) -> dict[str, Any] | None:
+    """One finished run's final values, held-out means and score, env metrics, and seconds per step."""
+    records, eval_path = _records(folder), folder / EVAL_FILE
     if not records or not eval_path.exists():
         return None
     last = records[-LAST:]
@@ -65,6 +93,7 @@ def _run_numbers(folder: Path, names: list[str], low: np.ndarray, high: np.ndarr
     score = float(np.mean(100.0 * (np.array([held_out[n] for n in names]) - low) / span))
     return {"final": final, "held_out": held_out, "score": score,
             "held_out_total": evaluation.get("metrics", {}).get("total"),
+            "env_metrics": _env_metrics(folder, list(sets)),
             "seconds_per_step": statistics.fmean(r["time/step"] for r in records),
             "steps": len(records)}
 
@@ -116,8 +145,9 @@ def analyze(plan: ArenaPlan) -> dict[str, Any]:
         names, low, high = _bounds(config)
         cfg = load_config(config, plan.overrides)
         shape = (cfg.algorithm.prompts_per_step * cfg.algorithm.group_size, len(names))
+        sets = ["eval", *(s.name for s in plan.eval_sets)]
         runs = {(e, s): n for e in plan.estimators for s in range(plan.seeds)
-                if (n := _run_numbers(plan.out / regime / e / f"s{s}", names, low, high)) is not None}
+                if (n := _run_numbers(plan.out / regime / e / f"s{s}", names, low, high, sets)) is not None}
         entry: dict[str, Any] = {"config": str(config), "rewards": names, "low": low.tolist(),
                                  "high": high.tolist(), "goal": _goal(cfg), "estimators": {}}
         for e in plan.estimators:
@@ -132,16 +162,23 @@ def analyze(plan: ArenaPlan) -> dict[str, Any]:
                 "score": _mean_ci([m["score"] for m in mine]),
                 "seconds_per_step": _mean_ci([m["seconds_per_step"] for m in mine]),
                 "estimator_seconds": estimator_seconds(e, shape, cfg.algorithm.group_size),
+                "env_metrics": _env_rows(mine),
                 "vs_baseline": {},
             }
             paired = [s for s in seeds if (BASELINE, s) in runs]
             if e != BASELINE and len(paired) >= 2:
                 measures = {"score": lambda m: m["score"]}
                 measures.update({f"final/{n}": (lambda m, n=n: m["final"][n]) for n in [*names, "weighted"]})
+                for name, metrics in row["env_metrics"].items():
+                    measures.update({f"env/{name}/{k}": (lambda m, name=name, k=k: m["env_metrics"].get(name, {}).get(k))
+                                     for k in metrics})
                 for key, get in measures.items():
-                    diff, half, p = paired_difference([get(runs[(e, s)]) for s in paired],
-                                                      [get(runs[(BASELINE, s)]) for s in paired])
-                    row["vs_baseline"][key] = {"diff": diff, "ci95": half, "p": p, "n": len(paired)}
+                    both = [s for s in paired if get(runs[(e, s)]) is not None and get(runs[(BASELINE, s)]) is not None]
+                    if len(both) < 2:  # an evaluation some runs lack (a set still being evaluated)
+                        continue
+                    diff, half, p = paired_difference([get(runs[(e, s)]) for s in both],
+                                                      [get(runs[(BASELINE, s)]) for s in both])
+                    row["vs_baseline"][key] = {"diff": diff, "ci95": half, "p": p, "n": len(both)}
                     tests[f"{regime}|{e}|{key}"] = p
             entry["estimators"][e] = row
         scores = {e: (r["score"]["mean"], r["score"]["ci95"]) for e, r in entry["estimators"].items()}
@@ -153,6 +190,19 @@ def analyze(plan: ArenaPlan) -> dict[str, Any]:
         result["regimes"][regime]["estimators"][e]["vs_baseline"][measure]["p_holm"] = p
     result["num_tests"] = len(tests)
     return result
+
+
+def _env_rows(mine: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{set: {metric: mean and interval over the runs that have it}}``, in the evaluations' order."""
+    out: dict[str, dict[str, Any]] = {}
+    for m in mine:
+        for name, metrics in m["env_metrics"].items():
+            keys = out.setdefault(name, {})
+            for k in metrics:
+                keys.setdefault(k, None)
+    return {name: {k: _mean_ci([m["env_metrics"][name][k] for m in mine if k in m["env_metrics"].get(name, {})])
+                   for k in keys}
+            for name, keys in out.items()}
 
 
 def check_advice(plan: ArenaPlan, result: dict[str, Any]) -> dict[str, Any]:
@@ -272,6 +322,7 @@ def report_markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
             cells = [e] + [_versus(versus[k], 1 if k == "score" else _digits(h))
                            for k, h in [("score", 100.0), *[(f"final/{n}", h) for n, h in zip(names, highs)]]]
             lines.append("| " + " | ".join(cells) + " |")
+        lines += _env_metric_tables(entry, order, meta["plan"])
         lines += ["", "Cost: training seconds per step (mean over runs) and the estimator's own time per call:", "",
                   "| estimator | s/step | estimator (ms/call) |", "|---|---|---|"]
         for e in order:
@@ -295,6 +346,36 @@ def report_markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
                          f"{c['of_runs']} | {c['score_diff']:+.1f}{half} | {c['verdict']} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _env_metric_tables(entry: dict[str, Any], order: list[str], plan: dict[str, Any]) -> list[str]:
+    """Per evaluation (the eval split, then each extra set): each estimator's env metrics and
+    their paired difference to the baseline."""
+    described = {"eval": f"the eval split ({plan.get('eval', 'greedy')}, first {plan.get('eval_limit') or 'all'} tasks)"}
+    for s in plan.get("eval_sets", []):
+        settings = ", ".join(f"`{o}`" for o in s["overrides"]) or "none"
+        described[s["name"]] = (f"extra set `{s['name']}`: split `{s['split']}`, first {s['limit'] or 'all'} tasks, "
+                                f"settings {settings}")
+    lines: list[str] = []
+    for name, what in described.items():
+        metrics: list[str] = []
+        for e in order:
+            metrics += [k for k in entry["estimators"][e]["env_metrics"].get(name, {}) if k not in metrics]
+        if not metrics:
+            continue
+        lines += ["", f"Env metrics on {what}: mean ± 95 % interval over seeds, then the paired difference "
+                  f"to {BASELINE} [95 % interval], Holm-corrected p:", ""]
+        head = ["estimator", *metrics, *[f"{k} vs {BASELINE}" for k in metrics]]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for e in order:
+            row = entry["estimators"][e]
+            values = row["env_metrics"].get(name, {})
+            versus = row["vs_baseline"]
+            cells = [e, *[_cell(values[k], 2) if k in values else "" for k in metrics],
+                     *[_versus(versus[f"env/{name}/{k}"], 2) if f"env/{name}/{k}" in versus
+                       else ("(baseline)" if e == BASELINE else "") for k in metrics]]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _versus(v: dict[str, Any], digits: int) -> str:

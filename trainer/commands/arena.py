@@ -13,7 +13,9 @@ EXAMPLE = "corrgrpo arena arena --seeds 5 --parallel 2        # the five shipped
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (
-        f"example:\n  {EXAMPLE}\n  corrgrpo arena arena/scale.yaml --estimators grpo,corrgrpo,gdpo --seeds 3\n\n"
+        f"example:\n  {EXAMPLE}\n  corrgrpo arena arena/scale.yaml --estimators grpo,corrgrpo,gdpo --seeds 3\n"
+        "  corrgrpo arena my_toolcall.yaml --eval greedy --eval-set bfcl limit=100 env.dataset=data/bfcl \\\n"
+        "      rollout.max_new_tokens=256          # also held out on BFCL: eval-bfcl.json in each run\n\n"
         "past one machine:\n"
         "  corrgrpo arena arena --seeds 5 --out runs/arena --commands > runs.txt   # one line per run\n"
         "  (run each line as a Slurm array task or a job of your own; each trains exactly one run)\n"
@@ -35,6 +37,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval", choices=["sample", "greedy"], default="sample",
                         help="held-out evaluation: sample at the config's temperature, as in training "
                              "(default; the toy regimes' greedy answers are degenerate), or greedy")
+    parser.add_argument("--eval-set", action="append", nargs="+", default=[], dest="eval_sets",
+                        metavar=("NAME", "SETTING"),
+                        help="also evaluate each final model on the extra held-out set NAME, given by "
+                             "SETTINGs: split=SPLIT (default eval), limit=N (default --eval-limit; 0: all) "
+                             "and KEY=VALUE config settings of that evaluation, applied after the run's "
+                             "(e.g. env.dataset=PATH rollout.max_new_tokens=256); each run writes "
+                             "eval-NAME.json and the report gets a table per set; repeat for more sets. "
+                             "A set's settings run to the next option: put the settings of every run "
+                             "before it")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each run's model once evaluated (default: removed, the arena keeps its logs)")
     mode = parser.add_mutually_exclusive_group()
@@ -53,10 +64,16 @@ def _split(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 def run(args: argparse.Namespace) -> int:
     import subprocess
 
-    from corrgrpo.trainer.arena import plan_arena, run_arena, scheduler_commands
+    from corrgrpo.trainer.arena import (
+        eval_set_words,
+        parse_eval_set,
+        plan_arena,
+        run_arena,
+        scheduler_commands,
+    )
     from corrgrpo.trainer.arena_report import write_report
     from corrgrpo.trainer.config import ConfigError
-    from corrgrpo.trainer.run_queue import RunFailed
+    from corrgrpo.trainer.run_queue import ModelRemoved, RunFailed
 
     if args.seeds < 1 or args.parallel < 1 or args.eval_limit < 0:
         print("error: --seeds and --parallel must be >= 1, --eval-limit >= 0")
@@ -67,14 +84,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     estimators = [e.strip() for e in args.estimators.split(",") if e.strip()] if args.estimators else None
     try:
+        eval_sets = [parse_eval_set(words, args.eval_limit or None) for words in args.eval_sets]
         plan = plan_arena(configs, overrides, estimators, args.seeds, args.out,
                           eval_limit=args.eval_limit or None, keep_checkpoints=args.keep_checkpoints,
-                          eval_sample=args.eval == "sample")
+                          eval_sample=args.eval == "sample", eval_sets=eval_sets)
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}")
         return 2
     prefix = ["corrgrpo", "arena", *configs, *overrides, "--estimators", ",".join(plan.estimators),
               "--seeds", str(args.seeds), "--out", str(plan.out), "--eval-limit", str(args.eval_limit), "--eval", args.eval]
+    for eval_set in plan.eval_sets:
+        prefix += ["--eval-set", *eval_set_words(eval_set)]
     if args.commands:
         lines = scheduler_commands(plan, prefix)
         print("\n".join(lines))
@@ -85,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             done = run_arena(plan, args.parallel, only=args.only)
             wall = done["wall_seconds"]
-        except ValueError as exc:
+        except (ValueError, ModelRemoved) as exc:
             print(f"error: {exc}")
             return 2
         except subprocess.CalledProcessError as exc:
