@@ -26,10 +26,6 @@ DOMAINS = {
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _plain(value):
-    return list(value) if isinstance(value, tuple) else value
-
-
 @pytest.mark.parametrize("env_id", sorted({**DOMAINS, "corrgrpo/Regime-v0": "toy"}))
 def test_the_constructor_takes_exactly_the_settings_fields(env_id):
     """Each setting is declared once, in the settings class: the constructor takes a settings
@@ -64,18 +60,36 @@ def test_the_env_reads_a_settings_object_or_its_fields_alike():
         ScaleDominanceEnv(object())
 
 
-def test_the_openenv_settings_are_the_clients_parameters_with_its_defaults():
+def test_the_openenv_constructor_takes_exactly_the_settings_fields():
+    """The OpenEnv client declares no setting of its own either: its first argument is the
+    servers (the resolver and most callers give them by position) or the settings object, and
+    everything else is read through the settings class."""
     from corrgrpo_envs.integrations.openenv_client import OpenEnvEnv
     from corrgrpo_envs.integrations.openenv_settings import OpenEnvSettings
 
     resolved = resolve("openenv://127.0.0.1:8000,openenv://127.0.0.1:8001")
     assert resolved.settings_class() is OpenEnvSettings and resolved.factory() is OpenEnvEnv
-    params = dict(inspect.signature(OpenEnvEnv).parameters)
-    defaults = OpenEnvSettings()
-    assert {f.name for f in dataclasses.fields(OpenEnvSettings)} == set(params)
-    for name, param in params.items():
-        if name != "url":  # required by the client; the resolver always gives it
-            assert getattr(defaults, name) == _plain(param.default), name
+    assert issubclass(OpenEnvSettings, EnvSettings)
+    params = inspect.signature(OpenEnvEnv).parameters
+    assert [(p.name, p.kind) for p in params.values()] == [
+        ("url", inspect.Parameter.POSITIONAL_OR_KEYWORD), ("kwargs", inspect.Parameter.VAR_KEYWORD)]
+    assert OpenEnvSettings in typing.get_args(typing.get_type_hints(OpenEnvEnv.__init__)["url"])
+    fields = {f.name for f in dataclasses.fields(OpenEnvSettings)}
+    assert {"url", "max_action_chars", "render_mode", "split", "timeout_s"} <= fields
+    # any other name is refused before a server is asked anything
+    with pytest.raises(ConfigError, match=r"^unknown key 'no_such_setting'; allowed keys: ") as info:
+        OpenEnvEnv("openenv://127.0.0.1:9", no_such_setting=1)
+    assert set(str(info.value).split("allowed keys: ")[1].split(", ")) == fields
+    # the ranges and the action format are the settings' own, by keyword or in a settings object
+    with pytest.raises(ConfigError, match=r"^timeout_s: -1.0 is out of range; allowed: > 0$"):
+        OpenEnvEnv("openenv://127.0.0.1:9", timeout_s=-1)
+    with pytest.raises(ConfigError, match=r"^action_format: 'xml' is not allowed; allowed values: "
+                                          r"one of 'text', 'mcp'$"):
+        OpenEnvEnv(OpenEnvSettings(url="openenv://127.0.0.1:9", action_format="xml"))
+    with pytest.raises(ConfigError, match=r"^max_observation_bytes: 10 is out of range; allowed: >= 1024$"):
+        OpenEnvEnv(OpenEnvSettings(url="openenv://127.0.0.1:9"), max_observation_bytes=10)
+    with pytest.raises(ConfigError, match=r"^url: expected string or list, got 3$"):
+        OpenEnvEnv(3)
     with pytest.raises(ConfigError, match=r"env.timeout_s: -1.0 is out of range; allowed: > 0"):
         resolved.build_settings({**resolved.kwargs, "timeout_s": -1}, "env")
     with pytest.raises(ConfigError, match=r"unknown key 'env.timeout'"):

@@ -34,6 +34,7 @@ from corrgrpo_envs.integrations.openenv_client import (  # noqa: E402
     RemoteRewardError,
 )
 from corrgrpo_envs.vector import GroupedVectorEnv  # noqa: E402
+from corrgrpo_registry.settings import ConfigError  # noqa: E402
 from tests.openenv_fakes import FakeOpenEnv, TrickleProxy, free_port, observation  # noqa: E402
 from tests.openenv_servers import ROOT  # noqa: E402
 
@@ -225,10 +226,35 @@ def test_an_oversize_observation_is_refused_before_it_is_read(fake):
 
 
 def test_max_observation_bytes_is_checked():
-    with pytest.raises(ValueError, match="env.max_observation_bytes must be an integer >= 1024"):
+    with pytest.raises(ConfigError, match=r"^max_observation_bytes: 10 is out of range; allowed: >= 1024$"):
         OpenEnvEnv("openenv://127.0.0.1:9", max_observation_bytes=10)
-    with pytest.raises(ValueError, match="env.timeout_s must be a positive number"):
+    with pytest.raises(ConfigError, match=r"^timeout_s: 0.0 is out of range; allowed: > 0$"):
         OpenEnvEnv("openenv://127.0.0.1:9", timeout_s=0)
+    with pytest.raises(ConfigError, match=r"^connect_timeout_s: inf is out of range; allowed: > 0$"):
+        OpenEnvEnv("openenv://127.0.0.1:9", connect_timeout_s=float("inf"))
+
+
+def test_the_client_reads_a_settings_object_or_its_fields_alike(fake):
+    from corrgrpo_envs.integrations.openenv_settings import OpenEnvSettings
+    from corrgrpo_envs.registry import read_env_section
+
+    fake.components = [{"name": "a", "low": 0, "high": 1}, {"name": "b", "low": 0, "high": 1}]
+    given = {"num_tasks": 3, "timeout_s": 5, "max_turns": 2}
+    builds = [
+        lambda: OpenEnvEnv(fake.url, **given),
+        lambda: OpenEnvEnv([fake.url], **given),
+        lambda: OpenEnvEnv(OpenEnvSettings(url=fake.url, num_tasks=3, timeout_s=5.0, max_turns=2)),
+        lambda: OpenEnvEnv(OpenEnvSettings(url=fake.url, num_tasks=8), **given),  # keywords go over it
+        lambda: OpenEnvEnv(url=fake.url, **given),
+        lambda: corrgrpo_envs.make(read_env_section({"id": fake.url, **given})).unwrapped,
+    ]
+    for build in builds:
+        env = build()
+        try:
+            assert env.task_ids == ["seed-0", "seed-1", "seed-2"] and env.reward_names == ("a", "b")
+            assert (env.timeout_s, env.max_turns, env.urls) == (5.0, 2, [f"http://127.0.0.1:{fake.port}"])
+        finally:
+            env.close()
 
 
 # ------------------------------------------------------------------ lies

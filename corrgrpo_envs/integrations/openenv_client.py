@@ -54,12 +54,11 @@ is the Gymnasium env over them, and the place their public names are imported fr
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from corrgrpo_envs.core import MAX_ACTION_CHARS, MultiRewardEnv, StepOutcome
+from corrgrpo_envs.core import MultiRewardEnv, StepOutcome
 from corrgrpo_envs.integrations.deadline_loop import LoopLease
 from corrgrpo_envs.integrations.openenv_discovery import PROBE_TEXT as PROBE_TEXT
 from corrgrpo_envs.integrations.openenv_discovery import _Discovery
@@ -81,7 +80,10 @@ from corrgrpo_envs.integrations.openenv_schema import (
     _text_field,
     mcp_tool_call,
 )
-from corrgrpo_envs.integrations.openenv_settings import DEFAULT_MAX_OBSERVATION_BYTES
+from corrgrpo_envs.integrations.openenv_settings import (
+    DEFAULT_MAX_OBSERVATION_BYTES,
+    OpenEnvSettings,
+)
 from corrgrpo_envs.tasks import Task, TaskSource
 
 __all__ = [
@@ -100,73 +102,31 @@ __all__ = [
 class OpenEnvEnv(MultiRewardEnv):
     """The env behind one or more OpenEnv servers, stepped over OpenEnv's WebSocket client.
 
-    Args:
-        url: ``openenv://HOST:PORT``, several separated by commas, or a list.
-        split: the server's task split (``all``/``train``/``eval``); servers without
-            a task listing get ``num_tasks`` tasks ``seed-<i>`` (reset with that seed).
-        reward_names, reward_low, reward_high, reward_weights: the components, for
-            servers that do not publish them (or to check those that do). Without names
-            from either, they are learned from a first episode (see the module doc).
-        action_field: the action's text field (default: its one required string field).
-        action_format: ``"text"`` (the text goes into ``action_field``) or ``"mcp"`` (an MCP
-            tool env: the tool call written in the text becomes a ``call_tool`` action, and
-            the server's ``list_tools`` fill the observation's ``tools``).
-        observation_field: the observation field shown to the policy (third-party
-            servers without ``messages``; default: every field).
-        max_turns: end an episode after this many steps (servers that never say done).
-        timeout_s: overall deadline of one reset or step (however slowly the answer comes);
-            a server past it is left for another one.
-        connect_timeout_s: overall deadline to read a server's description (schema, task
-            listing) and to open a session.
-        retries: other servers tried when one fails mid-episode.
-        down_s: seconds a failed server is left out of the pool.
-        max_observation_bytes: the largest answer read from a server (an observation, a
-            task listing, a reference); a larger one is a fault naming this key.
-        token: the servers' shared token (default: ``$CORRGRPO_OPENENV_TOKEN``), sent as
-            ``Authorization: Bearer`` on every request and WebSocket handshake.
+    Its keyword arguments are the fields of
+    :class:`~corrgrpo_envs.integrations.openenv_settings.OpenEnvSettings` (names, defaults and
+    allowed values declared there once: the servers, the task split, the reward components, the
+    action and observation fields, the deadlines, retries and size cap, the token). The first
+    argument is the servers (``openenv://HOST:PORT``, several separated by commas, or a list),
+    as the resolver and most callers give them; an ``OpenEnvSettings`` object may be given there
+    instead, keyword arguments then go over it. Without reward names from the servers' schema or
+    the settings, the components are learned from a first episode (see the module doc).
     """
 
-    def __init__(
-        self,
-        url: str | Sequence[str],
-        split: str = "all",
-        reward_names: Sequence[str] | None = None,
-        reward_low: Sequence[float] | None = None,
-        reward_high: Sequence[float] | None = None,
-        reward_weights: Sequence[float] | None = None,
-        action_field: str | None = None,
-        action_format: str = "text",
-        observation_field: str | None = None,
-        max_turns: int | None = None,
-        num_tasks: int = 64,
-        timeout_s: float = 60.0,
-        connect_timeout_s: float = 10.0,
-        retries: int = 2,
-        down_s: float = 30.0,
-        max_observation_bytes: int = DEFAULT_MAX_OBSERVATION_BYTES,
-        token: str | None = None,
-        max_action_chars: int = MAX_ACTION_CHARS,
-        render_mode: str | None = None,
-    ):
-        self.urls = parse_urls(url)
-        for key, value in (("timeout_s", timeout_s), ("connect_timeout_s", connect_timeout_s)):
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not number or not 0 < value < math.inf:
-                raise ValueError(f"env.{key} must be a positive number of seconds, got {value!r}")
-        if isinstance(max_observation_bytes, bool) or not isinstance(max_observation_bytes, int) \
-                or max_observation_bytes < 1024:
-            raise ValueError(
-                f"env.max_observation_bytes must be an integer >= 1024, got {max_observation_bytes!r}"
-            )
-        if action_format not in ("text", "mcp"):
-            raise ValueError(f"action_format must be 'text' or 'mcp', got {action_format!r}")
-        self.timeout_s, self.connect_timeout_s = float(timeout_s), float(connect_timeout_s)
-        self.retries, self.down_s = int(retries), float(down_s)
-        self.max_turns = None if max_turns is None else int(max_turns)
-        self.max_observation_bytes = int(max_observation_bytes)
-        self.observation_field = observation_field
-        self.action_format = action_format
-        self._headers = auth_headers(token)
+    def __init__(self, url: str | Sequence[str] | OpenEnvSettings | None = None, **kwargs: Any):
+        if isinstance(url, OpenEnvSettings) or url is None:
+            settings = url
+        else:
+            # the servers by position: the address every caller of an OpenEnv env starts with
+            settings, kwargs = None, {"url": url, **kwargs}
+        s = OpenEnvSettings.read(settings, kwargs)
+        self.urls = parse_urls(s.url)
+        self.timeout_s, self.connect_timeout_s = s.timeout_s, s.connect_timeout_s
+        self.retries, self.down_s = s.retries, s.down_s
+        self.max_turns = s.max_turns
+        self.max_observation_bytes = s.max_observation_bytes
+        self.observation_field = s.observation_field
+        self.action_format = s.action_format
+        self._headers = auth_headers(s.token)
         self._lease = _PoolLease(self.urls)
         self._pool = self._lease.pool
         # every env of the process shares one loop thread (a thread per session cost more than the I/O)
@@ -185,17 +145,14 @@ class OpenEnvEnv(MultiRewardEnv):
         self._conversation: list[dict[str, Any]] = []
         self._tools: list[dict[str, Any]] = []
         try:
-            self._setup(split, num_tasks, reward_names, reward_low, reward_high, reward_weights,
-                        action_field, max_action_chars, render_mode)
+            self._setup(s)
         except BaseException:
             self._loop_lease.release(self._conns.aclose)
             self._lease.release()
             raise
 
-    def _setup(self, split: str, num_tasks: int, reward_names: Sequence[str] | None,
-               reward_low: Sequence[float] | None, reward_high: Sequence[float] | None,
-               reward_weights: Sequence[float] | None, action_field: str | None,
-               max_action_chars: int, render_mode: str | None) -> None:
+    def _setup(self, s: OpenEnvSettings) -> None:
+        split = s.split
         described = self._discovery.describe(split)
         first_url, first = next(iter(described.items()))
         for u, d in described.items():
@@ -210,7 +167,7 @@ class OpenEnvEnv(MultiRewardEnv):
                 listed = [Task(t, {"reset": {"task_id": t}}) for t in first["tasks"]]
                 source = TaskSource(listed, name=name)
             else:
-                seeds = [Task(f"seed-{i}", {"reset": {"seed": i}}) for i in range(int(num_tasks))]
+                seeds = [Task(f"seed-{i}", {"reset": {"seed": i}}) for i in range(s.num_tasks)]
                 source = TaskSource(seeds, name=name).split(split)
         except ValueError as exc:
             raise RemoteEnvError(f"OpenEnv server {first_url}: its task listing: {exc}") from None
@@ -220,7 +177,7 @@ class OpenEnvEnv(MultiRewardEnv):
         self._split_name = split
         self.action_field = (
             None if self.action_format == "mcp"
-            else action_field or _text_field(first["action"], first_url)
+            else s.action_field or _text_field(first["action"], first_url)
         )
 
         def learn() -> dict[str, Any]:
@@ -228,11 +185,12 @@ class OpenEnvEnv(MultiRewardEnv):
                                          self.max_turns)
 
         self._rewards, (names, low, high, weights) = _RewardContract.resolve(
-            first_url, first["reward_components"], reward_names, reward_low, reward_high, reward_weights,
-            learn,
+            first_url, first["reward_components"], s.reward_names, s.reward_low, s.reward_high,
+            s.reward_weights, learn,
         )
         super().__init__(
-            source, names, low, high, weights, max_action_chars=max_action_chars, render_mode=render_mode
+            source, names, low, high, weights, max_action_chars=s.max_action_chars,
+            render_mode=s.render_mode
         )
 
     # -------------------------------------------------------------- transport
