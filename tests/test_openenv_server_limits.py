@@ -383,7 +383,9 @@ def test_the_trainers_client_plays_on_across_the_closes_of_its_old_sessions(tmp_
     from corrgrpo_envs.integrations.openenv_client import OpenEnvEnv
 
     port = free_port()
-    argv = [sys.executable, "-m", "corrgrpo_envs.serve", CHEAP, "--port", str(port), "--session-max-age-s", "1",
+    # an age that an episode (a reset, which builds the env, and a step) outlasts only on a stalled
+    # machine: a session is closed between episodes, never in the middle of one
+    argv = [sys.executable, "-m", "corrgrpo_envs.serve", CHEAP, "--port", str(port), "--session-max-age-s", "4",
             "--sessions-per-client", "1", "--connections-per-s", "1000"]
     server = Server(argv, port, tmp_path / "serve.log", env={TOKEN_VARIABLE: None}).start()
     try:

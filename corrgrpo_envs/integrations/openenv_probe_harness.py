@@ -30,6 +30,10 @@ ENV_NAME = "ScaleDominance-v0"
 #: keeps busy slows the calm round trips as much as the attacked ones (the measured figures are
 #: in the detail).
 P99_BOUND_S = 0.5
+#: The variable that raises that floor (milliseconds), for a machine whose other work starves
+#: the server of CPU during the attack itself (the calm window cannot see that load); the
+#: refusal counts, memory and log bounds still decide whether the limits work.
+P99_BOUND_VARIABLE = "CORRGRPO_REDTEAM_P99_BOUND_MS"
 P99_FACTOR = 4.0
 CALM_S = 0.5
 #: The server's resident memory may grow by less than this during an attack.
@@ -219,7 +223,18 @@ class _Attack:
     def p99_bound(self) -> float:
         """The p99 the attack may leave the client with (calibrated on the calm window)."""
         calm = self.calm_p99 if math.isfinite(self.calm_p99) else 0.0
-        return max(P99_BOUND_S, P99_FACTOR * calm)
+        return max(p99_floor_s(), P99_FACTOR * calm)
+
+
+def p99_floor_s() -> float:
+    """The p99 floor in seconds: :data:`P99_BOUND_S`, or :data:`P99_BOUND_VARIABLE` when set
+    to a number of milliseconds above it (a bound is only ever raised, never lowered)."""
+    raw = os.environ.get(P99_BOUND_VARIABLE, "")
+    try:
+        given = float(raw) / 1e3
+    except ValueError:
+        return P99_BOUND_S
+    return max(P99_BOUND_S, given) if math.isfinite(given) else P99_BOUND_S
 
 
 def _under_attack(server: _Served, attack: Callable[[], Awaitable[Counter[str]]],

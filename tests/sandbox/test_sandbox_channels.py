@@ -83,7 +83,13 @@ def test_without_the_filter_directory_notifications_carry_the_message(backend):
 
 @pytest.mark.parametrize("backend", ["process", "bwrap"])
 def test_without_the_filter_the_page_cache_carries_16_bits(backend):
-    held, detail = _attack("page_cache_channel", backend, seccomp=False)
+    # a timing channel: the receiver samples residency while the sender evicts, so on a machine
+    # other work keeps busy one exchange can fall out of step; the channel exists if any of a
+    # few exchanges carries every bit (with the filter on, none can: every call is refused)
+    for _ in range(4):
+        held, detail = _attack("page_cache_channel", backend, seccomp=False)
+        if not held and detail.endswith("16 bits received exactly through: preadv2"):
+            break
     assert not held and detail.endswith("16 bits received exactly through: preadv2"), detail
     held, detail = _attack("page_cache_channel", backend, seccomp=True)
     assert held and "POSIX_FADV_DONTNEED EPERM" in detail and "preadv2 EPERM" in detail, detail
