@@ -75,9 +75,21 @@ def test_the_plan_always_holds_the_baseline_and_checks_each_estimator(tmp_path):
     plan = plan_arena(["arena/scale.yaml"], ["train.steps=2"], ["corrgrpo"], 2, tmp_path)
     assert plan.estimators == [BASELINE, "corrgrpo"] and plan.steps == {"scale": 2}
     labels = [r.label for r in plan.runs()]
-    assert labels == ["scale/grpo/s0", "scale/corrgrpo/s0", "scale/grpo/s1", "scale/corrgrpo/s1"]
+    # the starting model is evaluated per seed when sampling (its answers depend on the seed)
+    assert labels == ["scale/start/s0", "scale/grpo/s0", "scale/corrgrpo/s0",
+                      "scale/start/s1", "scale/grpo/s1", "scale/corrgrpo/s1"]
+    start = plan.runs()[0]
+    job = start.job(save_every=1, threads=1)
+    assert start.steps == 0 and job["train"] is None and job["checkpoint"] is None  # evaluated as it is
+    assert not any("algorithm.estimator" in o for o in start.overrides)
+    greedy = plan_arena(["arena/scale.yaml"], ["train.steps=2"], ["corrgrpo"], 2, tmp_path, eval_sample=False)
+    assert [r.label for r in greedy.runs() if "/start/" in r.label] == ["scale/start/s0"]  # once: seed-free
+    without = plan_arena(["arena/scale.yaml"], ["train.steps=2"], ["corrgrpo"], 2, tmp_path, eval_start=False)
+    assert len(without.runs()) == 4 and without.to_json()["eval_start"] is False
     with pytest.raises(Exception, match="no_such_estimator"):
         plan_arena(["arena/scale.yaml"], [], ["no_such_estimator"], 1, tmp_path)
+    with pytest.raises(ValueError, match="starting model"):
+        plan_arena(["arena/scale.yaml"], [], ["start"], 1, tmp_path)
 
 
 def _corrgrpo(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -97,7 +109,8 @@ def test_the_printed_commands_run_the_arena_and_the_report_merges_them(tmp_path,
     printed = _corrgrpo(*common, "--commands", cwd=tmp_path)
     assert printed.returncode == 0, printed.stdout + printed.stderr
     lines = printed.stdout.strip().splitlines()
-    assert len(lines) == 4 and all(" --only redundant/" in line for line in lines)
+    assert len(lines) == 6 and all(" --only redundant/" in line for line in lines)
+    assert sum(line.endswith(("--only redundant/start/s0", "--only redundant/start/s1")) for line in lines) == 2
     assert "--report" in printed.stderr
     for line in lines:  # what a scheduler would run, one job per line (here in this process)
         argv = shlex.split(line)
@@ -130,12 +143,28 @@ def test_the_printed_commands_run_the_arena_and_the_report_merges_them(tmp_path,
     assert set(versus) == {"score", "final/has_a", "final/word_with_a", "final/has_b", "final/weighted",
                            "env/eval/has_a", "env/eval/word_with_a", "env/eval/has_b", "env/eval/total"}
     assert result["num_tests"] == 9 and all("p_holm" in v or not np.isfinite(v["p"]) for v in versus.values())
+    # the starting model, evaluated per seed (sampled), and each estimator's change from it
+    start = entry["start"]
+    assert start["seeds"] == [0, 1] and not list((out / "redundant/start/s0").glob("checkpoint-*"))
+    evaluation = json.loads((out / "redundant/start/s1/eval.json").read_text())
+    assert evaluation["checkpoint"] is None and evaluation["tasks"] == 4
+    has_b = float(np.mean([r["reward_components"]["has_b"] for r in evaluation["records"]]))
+    assert start["held_out"]["has_b"]["values"][1] == pytest.approx(has_b)
+    change = entry["estimators"]["gdpo"]["vs_start"]["score"]
+    scores = entry["estimators"]["gdpo"]["score"]["values"]
+    assert change["n"] == 2 and change["diff"] == pytest.approx(np.mean(scores) - start["score"]["mean"])
+    assert set(entry["estimators"]["grpo"]["vs_start"]) == {"score", "env/eval/has_a", "env/eval/word_with_a",
+                                                           "env/eval/has_b", "env/eval/total"}
+    assert result["num_start_tests"] == 10  # their own family: num_tests is unchanged
+    assert all("p_holm" in v or not np.isfinite(v["p"]) for v in entry["estimators"]["gdpo"]["vs_start"].values())
     report = (out / "report.md").read_text()
     assert "## redundant" in report and "Paired difference to grpo" in report and "ms/call" in report
+    assert "Before training, the starting model scores" in report and "| start (before training) |" in report
+    assert "Change from the starting model on the eval split" in report
     assert (out / "pareto.png").stat().st_size > 1000
 
     again = _corrgrpo(*common, "--parallel", "2", cwd=tmp_path)  # resumes: every run is finished
-    assert again.returncode == 0 and "4 already finished" in again.stdout
+    assert again.returncode == 0 and "6 already finished" in again.stdout
     rerun = json.loads((out / "results.json").read_text())
     assert _without_timing(rerun["regimes"]) == _without_timing(result["regimes"])
 
@@ -225,7 +254,7 @@ def test_the_plan_checks_each_eval_set_and_a_run_needs_all_its_evaluations(tmp_p
         plan_arena(["arena/scale.yaml"], [], ["grpo"], 1, tmp_path,
                    eval_sets=[EvalSet("bad", ("rollout.no_such_key=1",))])
 
-    run = plan.runs()[0]
+    run = next(r for r in plan.runs() if r.steps)  # the first trained run (the start is not)
     job = run.job(save_every=1, threads=1)
     assert job["train"] is not None and [e["split"] for e in job["evals"]] == ["eval", "train"]
     assert [e["limit"] for e in job["evals"]] == [4, 3]
@@ -261,11 +290,13 @@ def test_an_extra_set_is_evaluated_resumed_printed_and_reported(tmp_path):
     out = tmp_path / "arena"
     common = ["arena", "arena/redundant.yaml", "train.steps=1", "algorithm.prompts_per_step=2",
               "rollout.max_new_tokens=8", "--estimators", "grpo,gdpo", "--seeds", "2", "--out", str(out),
-              "--eval-limit", "4", "--eval-set", "extra", "split=train", "limit=3", "rollout.max_new_tokens=2"]
+              "--eval-limit", "4", "--no-eval-start",
+              "--eval-set", "extra", "split=train", "limit=3", "rollout.max_new_tokens=2"]
     printed = _corrgrpo(*common, "--commands", cwd=tmp_path)
     lines = printed.stdout.strip().splitlines()
-    assert printed.returncode == 0 and len(lines) == 4, printed.stdout + printed.stderr
-    assert all(" --eval-set extra split=train limit=3 rollout.max_new_tokens=2 --only " in line for line in lines)
+    assert printed.returncode == 0 and len(lines) == 4, printed.stdout + printed.stderr  # no start evaluated
+    assert all(" --no-eval-start --eval-set extra split=train limit=3 rollout.max_new_tokens=2 --only " in line
+               for line in lines)
 
     done = _corrgrpo(*common, "--parallel", "2", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -303,3 +334,35 @@ def test_an_extra_set_is_evaluated_resumed_printed_and_reported(tmp_path):
     assert gdpo["env_metrics"]["extra"]["total"]["values"] == [pytest.approx(
         json.loads((out / "redundant/gdpo/s0/eval-extra.json").read_text())["metrics"]["total"])]
     assert "env/extra/total" not in gdpo["vs_baseline"]  # one paired seed is no test
+
+
+def test_one_greedy_start_is_the_reference_of_every_seed_and_keeps_its_interval_over_tasks(tmp_path):
+    """Greedy answers do not depend on the seed: the start is evaluated once, each estimator's
+    change from it is an interval over the estimator's seeds, and the start's row keeps the
+    evaluation's own interval over tasks."""
+    from scipy import stats
+
+    from corrgrpo.trainer.arena_report import _start_lines, _task_intervals, _versus_start
+
+    metrics = {"num_examples": 100.0, "all_exact_accuracy": 3.0, "all_exact_ci95_low": 1.0,
+               "all_exact_ci95_high": 8.5, "format": 48.0}
+    (tmp_path / "eval-bfcl.json").write_text(json.dumps({"metrics": metrics}))
+    assert _task_intervals(tmp_path, ["eval", "bfcl"]) == {"bfcl": {"all_exact_accuracy": (1.0, 8.5)}}
+
+    start = {0: {"score": 40.0, "env_metrics": {"bfcl": {"all_exact_accuracy": 3.0, "format": 48.0}}}}
+    runs = {s: {"score": 40.0 + d, "env_metrics": {"bfcl": {"all_exact_accuracy": 3.0 + d}}}
+            for s, d in zip(range(3), (1.0, 2.0, 3.0))}
+    versus = _versus_start(runs, start)
+    diffs = np.array([1.0, 2.0, 3.0])
+    half = stats.t.ppf(0.975, 2) * diffs.std(ddof=1) / np.sqrt(3)
+    for key in ("score", "env/bfcl/all_exact_accuracy"):
+        assert versus[key]["n"] == 3 and versus[key]["diff"] == pytest.approx(2.0)
+        assert versus[key]["ci95"] == pytest.approx(half)
+        assert versus[key]["p"] == pytest.approx(stats.ttest_1samp(diffs, 0.0).pvalue)
+    assert "env/bfcl/format" not in versus  # the runs lack it: nothing to compare
+
+    entry = {"start": {"seeds": [0], "score": {"mean": 40.0, "ci95": None, "values": [40.0]}},
+             "estimators": {"grpo": {"vs_start": versus}}}
+    text = "\n".join(_start_lines(entry, ["grpo"], 2))
+    assert "starting model scores 40.0 held-out (one evaluation: no interval over seeds)" in text
+    assert "| grpo | +2.0 [±" in text

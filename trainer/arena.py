@@ -8,6 +8,7 @@ held-out split (sampling as in training, or greedily) and on each extra held-out
 
     OUT/arena.json                      the plan: configs, overrides, estimators, seeds, steps, sets
     OUT/<regime>/<estimator>/s<seed>/   each run: metrics.jsonl, eval.json, eval-<set>.json, run.log
+    OUT/<regime>/start/s<seed>/         the starting model's evaluations (before any training)
     OUT/results.json, OUT/report.md     every number of the report, and its tables
     OUT/pareto.png                      each regime's rewards, one point per estimator
 
@@ -16,6 +17,11 @@ Runs go ``parallel`` at a time in worker processes and resume after an interrupt
 ``--commands`` prints one command line per unfinished run (each runs exactly that run, e.g. as a
 Slurm array task or an ``accelerate launch`` job), and ``--report`` merges the run folders into
 the report once they are done. The analysis is :mod:`corrgrpo.trainer.arena_report`.
+
+The starting model (the config's ``model.name_or_path``, before any training) is evaluated on
+the same sets too, as the run ``<regime>/start/s<seed>`` (once when evaluating greedily: its
+answers do not depend on the seed; once per seed when sampling), so the report says what
+training changed, not only how the estimators differ.
 """
 
 from __future__ import annotations
@@ -32,11 +38,14 @@ from typing import Any
 from corrgrpo.trainer.config import load_config, resolve_config_path
 from corrgrpo.trainer.run_queue import EvalSet, QueuedRun, run_all, run_one, threads_per_run
 
-__all__ = ["ArenaPlan", "BASELINE", "EvalSet", "eval_set_words", "parse_eval_set", "plan_arena", "regime_configs",
+__all__ = ["ArenaPlan", "BASELINE", "START", "EvalSet", "eval_set_words", "parse_eval_set", "plan_arena", "regime_configs",
            "run_arena", "scheduler_commands"]
 
 #: The estimator every other one is compared with, seed by seed.
 BASELINE = "grpo"
+
+#: The label of the starting model's evaluations in a regime's folder and the report.
+START = "start"
 
 
 #: An extra set's name: it names a file (``eval-<name>.json``) and a column of the report.
@@ -116,42 +125,61 @@ class ArenaPlan:
     keep_checkpoints: bool = False
     eval_sample: bool = True
     eval_sets: tuple[EvalSet, ...] = ()
+    eval_start: bool = True
+
+    @property
+    def start_seeds(self) -> list[int]:
+        """The seeds the starting model is evaluated with: every one when sampling, else one."""
+        if not self.eval_start:
+            return []
+        return list(range(self.seeds)) if self.eval_sample else [0]
 
     def runs(self) -> list[QueuedRun]:
-        """Every run, seed-major (an interrupted arena still has whole seeds)."""
-        return [
-            QueuedRun(
-                label=f"{regime}/{estimator}/s{seed}", folder=self.out / regime / estimator / f"s{seed}",
-                config=str(config), seed=seed, steps=self.steps[regime],
-                overrides=(*self.overrides, f"algorithm.estimator={estimator}"),
-                eval_limit=self.eval_limit, keep_checkpoints=self.keep_checkpoints,
-                eval_options=("--sample",) if self.eval_sample else (), eval_sets=self.eval_sets,
-            )
-            for seed in range(self.seeds)
-            for regime, config in self.regimes.items()
-            for estimator in self.estimators
-        ]
+        """Every run, seed-major (an interrupted arena still has whole seeds); the starting
+        model's evaluation (no training, ``steps=0``) first in each seed it has."""
+        runs = []
+        for seed in range(self.seeds):
+            for regime, config in self.regimes.items():
+                if seed in self.start_seeds:
+                    runs.append(self._run(regime, config, START, seed, 0, tuple(self.overrides)))
+                runs += [self._run(regime, config, e, seed, self.steps[regime],
+                                   (*self.overrides, f"algorithm.estimator={e}"))
+                         for e in self.estimators]
+        return runs
+
+    def _run(self, regime: str, config: Path, name: str, seed: int, steps: int,
+             overrides: tuple[str, ...]) -> QueuedRun:
+        return QueuedRun(
+            label=f"{regime}/{name}/s{seed}", folder=self.out / regime / name / f"s{seed}",
+            config=str(config), seed=seed, steps=steps, overrides=overrides,
+            eval_limit=self.eval_limit, keep_checkpoints=self.keep_checkpoints,
+            eval_options=("--sample",) if self.eval_sample else (), eval_sets=self.eval_sets,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {"regimes": {r: str(p) for r, p in self.regimes.items()}, "estimators": self.estimators,
                 "seeds": self.seeds, "overrides": self.overrides, "steps": self.steps,
                 "eval_limit": self.eval_limit, "eval": "sample" if self.eval_sample else "greedy",
                 "eval_sets": [{"name": s.name, "split": s.split, "limit": s.limit, "overrides": list(s.overrides)}
-                              for s in self.eval_sets]}
+                              for s in self.eval_sets],
+                "eval_start": self.eval_start}
 
 
 def plan_arena(items: Sequence[str], overrides: Sequence[str], estimators: Sequence[str] | None,
                seeds: int, out: str | Path, eval_limit: int | None = None,
                keep_checkpoints: bool = False, eval_sample: bool = True,
-               eval_sets: Sequence[EvalSet] = ()) -> ArenaPlan:
+               eval_sets: Sequence[EvalSet] = (), eval_start: bool = True) -> ArenaPlan:
     """Check every regime x estimator config now, and each extra set's config and split on
-    every regime (a bad one fails before any run), and plan."""
+    every regime (a bad one fails before any run), and plan. ``eval_start``: evaluate the
+    starting model too (:data:`START`)."""
     from corrgrpo.trainer.estimators import available_estimators
 
     regimes = regime_configs(items)
     names = list(estimators) if estimators else available_estimators()
     if BASELINE not in names:
         names.insert(0, BASELINE)  # the paired baseline of every comparison
+    if START in names:
+        raise ValueError(f"{START!r} names the starting model's evaluations, not an estimator")
     seen = [s.name for s in eval_sets]
     if len(set(seen)) < len(seen):
         raise ValueError(f"--eval-set: two sets of one name ({', '.join(sorted({n for n in seen if seen.count(n) > 1}))})")
@@ -163,7 +191,7 @@ def plan_arena(items: Sequence[str], overrides: Sequence[str], estimators: Seque
         for eval_set in eval_sets:
             _check_eval_set(config, [*overrides, *eval_set.overrides], eval_set)
     return ArenaPlan(Path(out), regimes, names, seeds, list(overrides), steps, eval_limit, keep_checkpoints,
-                     eval_sample, tuple(eval_sets))
+                     eval_sample, tuple(eval_sets), eval_start)
 
 
 def _check_eval_set(config: Path, overrides: list[str], eval_set: EvalSet) -> None:

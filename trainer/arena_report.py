@@ -20,7 +20,13 @@ Measures (the same for every regime):
   estimator whose interval overlaps its interval joins it (indistinguishable at this number of
   seeds);
 - *cost*: the mean training seconds per step of the runs, and the estimator's own time per
-  call on a batch of the regime's shape.
+  call on a batch of the regime's shape;
+- *start*: the same evaluations of the starting model (before any training); each estimator's
+  change from it (held-out score, env metrics) is its mean over seeds less the start's, with a
+  95 % interval over seeds (paired by seed when the start was evaluated per seed, i.e. sampled),
+  Holm-corrected as a family of its own. One greedy evaluation of the start has no interval over
+  seeds: its row shows the evaluation's own interval over tasks where the env reports one
+  (``*_ci95_low``/``_high``).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from corrgrpo.trainer.arena import BASELINE, ArenaPlan
+from corrgrpo.trainer.arena import BASELINE, START, ArenaPlan
 from corrgrpo.trainer.paired_stats import holm, interval, paired_difference, tiers
 from corrgrpo.trainer.pareto import non_dominated
 from corrgrpo.trainer.run_queue import EVAL_FILE
@@ -77,6 +83,36 @@ def _env_metrics(folder: Path, sets: list[str]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _task_intervals(folder: Path, sets: list[str]) -> dict[str, dict[str, tuple[float, float]]]:
+    """``{set: {metric: (low, high)}}``: the evaluations' own 95 % intervals over tasks, where the
+    env reports one (``<prefix>_ci95_low``/``_high`` for a metric named ``<prefix>`` or ``<prefix>_*``)."""
+    out = {}
+    for name in sets:
+        path = folder / (EVAL_FILE if name == "eval" else f"eval-{name}.json")
+        if not path.exists():
+            continue
+        metrics = json.loads(path.read_text()).get("metrics", {})
+        bounds = {}
+        for k in headline_metrics(metrics):
+            for key in metrics:
+                prefix = key.removesuffix("_ci95_low")
+                if key.endswith("_ci95_low") and (k == prefix or k.startswith(prefix + "_")) \
+                        and f"{prefix}_ci95_high" in metrics:
+                    bounds[k] = (float(metrics[key]), float(metrics[f"{prefix}_ci95_high"]))
+        out[name] = bounds
+    return out
+
+
+def _held_out(evaluation: dict[str, Any], names: list[str], low: np.ndarray,
+              high: np.ndarray) -> tuple[dict[str, float], float]:
+    """Each reward's mean over an evaluation's records, and their score (mean % of range)."""
+    rows = np.array([[rec["reward_components"][n] for n in names] for rec in evaluation["records"]],
+                    dtype=np.float64)
+    held_out = dict(zip(names, np.nanmean(rows, axis=0).tolist()))
+    span = np.where(high > low, high - low, 1.0)
+    return held_out, float(np.mean(100.0 * (np.array([held_out[n] for n in names]) - low) / span))
+
+
 def _run_numbers(folder: Path, names: list[str], low: np.ndarray, high: np.ndarray,
                  sets: tuple[str, ...] | list[str] = ("eval",)) -> dict[str, Any] | None:
     """One finished run's final values, held-out means and score, env metrics, and seconds per step."""
@@ -86,16 +122,56 @@ def _run_numbers(folder: Path, names: list[str], low: np.ndarray, high: np.ndarr
     last = records[-LAST:]
     final = {n: statistics.fmean(r[f"reward/{n}/mean"] for r in last) for n in [*names, "weighted"]}
     evaluation = json.loads(eval_path.read_text())
-    rows = np.array([[rec["reward_components"][n] for n in names] for rec in evaluation["records"]],
-                    dtype=np.float64)
-    held_out = dict(zip(names, np.nanmean(rows, axis=0).tolist()))
-    span = np.where(high > low, high - low, 1.0)
-    score = float(np.mean(100.0 * (np.array([held_out[n] for n in names]) - low) / span))
+    held_out, score = _held_out(evaluation, names, low, high)
     return {"final": final, "held_out": held_out, "score": score,
             "held_out_total": evaluation.get("metrics", {}).get("total"),
             "env_metrics": _env_metrics(folder, list(sets)),
             "seconds_per_step": statistics.fmean(r["time/step"] for r in records),
             "steps": len(records)}
+
+
+def _start_numbers(folder: Path, names: list[str], low: np.ndarray, high: np.ndarray,
+                   sets: list[str]) -> dict[str, Any] | None:
+    """The starting model's evaluation with one seed: held-out means, score, env metrics (and
+    their intervals over tasks); None until its ``eval.json`` exists."""
+    eval_path = folder / EVAL_FILE
+    if not eval_path.exists():
+        return None
+    held_out, score = _held_out(json.loads(eval_path.read_text()), names, low, high)
+    return {"held_out": held_out, "score": score, "env_metrics": _env_metrics(folder, sets),
+            "task_intervals": _task_intervals(folder, sets)}
+
+
+def _start_row(starts: dict[int, dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """The start's row of the report: means and intervals over its seeds (one greedy evaluation:
+    no interval over seeds, its intervals over tasks beside)."""
+    mine = list(starts.values())
+    row: dict[str, Any] = {"seeds": sorted(starts), "score": _mean_ci([m["score"] for m in mine]),
+                           "held_out": {n: _mean_ci([m["held_out"][n] for m in mine]) for n in names},
+                           "env_metrics": _env_rows(mine)}
+    if len(mine) == 1:
+        row["task_intervals"] = mine[0]["task_intervals"]
+    return row
+
+
+def _versus_start(runs: dict[int, dict[str, Any]], starts: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Each measure's change from the start: paired by seed when the start has every seed, else
+    against its one evaluation (an interval over the estimator's seeds)."""
+    measures: dict[str, Any] = {"score": lambda m: m["score"]}
+    for m in [*runs.values(), *starts.values()]:
+        for name, metrics in m["env_metrics"].items():
+            measures.update({f"env/{name}/{k}": (lambda m, name=name, k=k: m["env_metrics"].get(name, {}).get(k))
+                             for k in metrics})
+    out = {}
+    for key, get in measures.items():
+        pairs = [(get(m), get(starts[s] if s in starts else next(iter(starts.values()))))
+                 for s, m in runs.items() if len(starts) == 1 or s in starts]
+        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+        if not pairs:
+            continue
+        diff, half, p = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
+        out[key] = {"diff": diff, "ci95": half, "p": p, "n": len(pairs)}
+    return out
 
 
 def _bounds(config: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -141,6 +217,7 @@ def analyze(plan: ArenaPlan) -> dict[str, Any]:
 
     result: dict[str, Any] = {"regimes": {}}
     tests: dict[str, float] = {}
+    start_tests: dict[str, float] = {}  # before/after: a family of its own
     for regime, config in plan.regimes.items():
         names, low, high = _bounds(config)
         cfg = load_config(config, plan.overrides)
@@ -148,8 +225,11 @@ def analyze(plan: ArenaPlan) -> dict[str, Any]:
         sets = ["eval", *(s.name for s in plan.eval_sets)]
         runs = {(e, s): n for e in plan.estimators for s in range(plan.seeds)
                 if (n := _run_numbers(plan.out / regime / e / f"s{s}", names, low, high, sets)) is not None}
+        starts = {s: n for s in plan.start_seeds
+                  if (n := _start_numbers(plan.out / regime / START / f"s{s}", names, low, high, sets)) is not None}
         entry: dict[str, Any] = {"config": str(config), "rewards": names, "low": low.tolist(),
-                                 "high": high.tolist(), "goal": _goal(cfg), "estimators": {}}
+                                 "high": high.tolist(), "goal": _goal(cfg), "estimators": {},
+                                 "start": _start_row(starts, names) if starts else None}
         for e in plan.estimators:
             seeds = [s for s in range(plan.seeds) if (e, s) in runs]
             if not seeds:
@@ -180,6 +260,9 @@ def analyze(plan: ArenaPlan) -> dict[str, Any]:
                                                       [get(runs[(BASELINE, s)]) for s in both])
                     row["vs_baseline"][key] = {"diff": diff, "ci95": half, "p": p, "n": len(both)}
                     tests[f"{regime}|{e}|{key}"] = p
+            if starts:
+                row["vs_start"] = _versus_start({s: runs[(e, s)] for s in seeds}, starts)
+                start_tests.update({f"{regime}|{e}|{k}": v["p"] for k, v in row["vs_start"].items()})
             entry["estimators"][e] = row
         scores = {e: (r["score"]["mean"], r["score"]["ci95"]) for e, r in entry["estimators"].items()}
         for e, tier in tiers(scores).items():
@@ -188,7 +271,11 @@ def analyze(plan: ArenaPlan) -> dict[str, Any]:
     for key, p in holm(tests).items():
         regime, e, measure = key.split("|")
         result["regimes"][regime]["estimators"][e]["vs_baseline"][measure]["p_holm"] = p
+    for key, p in holm(start_tests).items():
+        regime, e, measure = key.split("|")
+        result["regimes"][regime]["estimators"][e]["vs_start"][measure]["p_holm"] = p
     result["num_tests"] = len(tests)
+    result["num_start_tests"] = len(start_tests)
     return result
 
 
@@ -312,6 +399,7 @@ def report_markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
                      _cell(row["final"]["weighted"], _digits(sum(highs))),
                      *[_cell(row["held_out"][n], _digits(h)) for n, h in zip(names, highs)]]
             lines.append("| " + " | ".join(cells) + " |")
+        lines += _start_lines(entry, order, result.get("num_start_tests", 0))
         lines += ["", f"Paired difference to {BASELINE} (mean [95 % interval], Holm-corrected p):", ""]
         head = ["estimator", "held-out score", *[f"{n} (final)" for n in names]]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -348,9 +436,36 @@ def report_markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _start_lines(entry: dict[str, Any], order: list[str], num_tests: int) -> list[str]:
+    """The starting model's held-out score, and each estimator's change from it."""
+    start = entry.get("start")
+    if not start:
+        return []
+    how = (f"one evaluation per seed ({len(start['seeds'])})" if len(start["seeds"]) > 1
+           else "one evaluation: no interval over seeds")
+    lines = ["", f"Before training, the starting model scores {_cell(start['score'], 1)} held-out ({how}). "
+             "Change from it (the estimator's mean over seeds less the start's [95 % interval over seeds], "
+             f"Holm-corrected p over the {num_tests} before/after tests):", "",
+             "| estimator | held-out score vs start |", "|---|---|"]
+    lines += [f"| {e} | {_versus(entry['estimators'][e]['vs_start']['score'], 1)} |"
+              for e in order if "score" in entry["estimators"][e].get("vs_start", {})]
+    return lines
+
+
+def _start_cell(start: dict[str, Any], name: str, k: str) -> str:
+    value = start["env_metrics"].get(name, {}).get(k)
+    if value is None:
+        return ""
+    bounds = start.get("task_intervals", {}).get(name, {}).get(k)
+    if bounds is None:
+        return _cell(value, 2)
+    return f"{value['mean']:.2f} [{bounds[0]:.2f}, {bounds[1]:.2f}]"
+
+
 def _env_metric_tables(entry: dict[str, Any], order: list[str], plan: dict[str, Any]) -> list[str]:
     """Per evaluation (the eval split, then each extra set): each estimator's env metrics and
-    their paired difference to the baseline."""
+    their paired difference to the baseline; with a start, its row and each estimator's change
+    from it."""
     described = {"eval": f"the eval split ({plan.get('eval', 'greedy')}, first {plan.get('eval_limit') or 'all'} tasks)"}
     for s in plan.get("eval_sets", []):
         settings = ", ".join(f"`{o}`" for o in s["overrides"]) or "none"
@@ -367,6 +482,10 @@ def _env_metric_tables(entry: dict[str, Any], order: list[str], plan: dict[str, 
                   f"to {BASELINE} [95 % interval], Holm-corrected p:", ""]
         head = ["estimator", *metrics, *[f"{k} vs {BASELINE}" for k in metrics]]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        start = entry.get("start")
+        if start and name in start["env_metrics"]:
+            lines.append("| " + " | ".join([f"{START} (before training)", *[_start_cell(start, name, k) for k in metrics],
+                                            *[""] * len(metrics)]) + " |")
         for e in order:
             row = entry["estimators"][e]
             values = row["env_metrics"].get(name, {})
@@ -375,6 +494,19 @@ def _env_metric_tables(entry: dict[str, Any], order: list[str], plan: dict[str, 
                      *[_versus(versus[f"env/{name}/{k}"], 2) if f"env/{name}/{k}" in versus
                        else ("(baseline)" if e == BASELINE else "") for k in metrics]]
             lines.append("| " + " | ".join(cells) + " |")
+        if start and name in start["env_metrics"]:
+            one = len(start["seeds"]) == 1
+            lines += ["", f"Change from the starting model on {what} (mean over seeds less the start's [95 % interval "
+                      "over seeds], Holm-corrected p over the before/after tests"
+                      + ("; the start's row above gives its own interval over tasks" if one and start.get("task_intervals", {}).get(name) else "")
+                      + "):", "",
+                      "| " + " | ".join(["estimator", *[f"{k} vs {START}" for k in metrics]]) + " |",
+                      "|" + "---|" * (len(metrics) + 1)]
+            for e in order:
+                versus = entry["estimators"][e].get("vs_start", {})
+                cells = [_versus(versus[f"env/{name}/{k}"], 2) if f"env/{name}/{k}" in versus else "" for k in metrics]
+                if any(cells):
+                    lines.append("| " + " | ".join([e, *cells]) + " |")
     return lines
 
 
@@ -390,7 +522,7 @@ def plot_pareto(result: dict[str, Any], out: Path) -> Path:
     """One panel per regime: each estimator's held-out rewards in % of range, 95 % intervals.
 
     Two rewards: one against the other. More: the first reward against the mean of the others.
-    Filled markers are non-dominated among the estimators.
+    Filled markers are non-dominated among the estimators; a black cross is the starting model.
     """
     import matplotlib
 
@@ -421,6 +553,9 @@ def plot_pareto(result: dict[str, Any], out: Path) -> Path:
             color = f"C{i % 10}"
             ax.errorbar(x, y, xerr=xh or 0, yerr=yh or 0, fmt="o" if i < 10 else "s", color=color,
                         capsize=2, mfc=color if keep[i] else "white", label=e)
+        if entry.get("start"):  # where training began
+            pct = [100.0 * (entry["start"]["held_out"][n]["mean"] - lo) / sp for n, lo, sp in zip(names, low, span)]
+            ax.plot(pct[0], pct[1] if len(names) == 2 else float(np.mean(pct[1:])), "kx", markersize=8, label=START)
         ax.set_xlabel(f"{names[0]} (held-out, % of range)")
         ax.set_ylabel(f"{names[1]} (held-out, % of range)" if len(names) == 2
                       else f"mean of {', '.join(names[1:])} (% of range)", fontsize=8)
@@ -440,7 +575,7 @@ def write_report(plan: ArenaPlan, command: str, wall_seconds: float | None = Non
     meta = {"command": command, "estimators": len(plan.estimators), "seeds": plan.seeds,
             "versions": versions(), "wall_seconds": wall_seconds, "plan": plan.to_json(),
             "run_commands": {r.label: ["corrgrpo", "train", r.config, *r.overrides, f"train.seed={r.seed}"]
-                             for r in plan.runs()}}
+                             for r in plan.runs() if r.steps}}
     result["meta"] = meta
     result["advice"] = check_advice(plan, result)
     (plan.out / "results.json").write_text(json.dumps(result, indent=1))

@@ -62,7 +62,7 @@ class QueuedRun:
         folder: the run folder (``train.output_dir``); ``eval.json`` in it marks it finished.
         config: the training config (a path, or a name in ``env_configs/``).
         overrides: ``KEY=VALUE`` settings of this run, after the config's.
-        steps: ``train.steps`` of the run.
+        steps: ``train.steps`` of the run; 0: no training, the config's model is evaluated as it is.
         eval_limit: evaluate on the first N tasks of the eval split only (None: all).
         keep_checkpoints: keep the model folders once evaluated (else they are removed).
         seed: ``train.seed`` of the run (the evaluation's too).
@@ -93,9 +93,11 @@ class QueuedRun:
     def job(self, save_every: int, threads: int) -> dict[str, Any]:
         """What the worker does: the training overrides (None when the final checkpoint exists,
         so only the evaluation is left) and the evaluation's settings."""
-        final = self.folder / f"checkpoint-{self.steps}"
+        final: Path | None = self.folder / f"checkpoint-{self.steps}"
         train = None
-        if not (final / "checkpoint.json").exists():
+        if self.steps == 0:  # the starting model: nothing to train, the config's model is evaluated
+            final = None
+        elif not (final / "checkpoint.json").exists():
             if any((self.folder / name).exists() for name in self.eval_files):
                 # evaluated on some sets, its model since removed: only retraining could evaluate
                 # the others, and it would replace the logs the report reads
@@ -112,7 +114,7 @@ class QueuedRun:
                                 f"rollout.torch_threads={threads}"],
                   "out": str(self.folder / name)}
                  for s, name in zip(sets, self.eval_files) if not (self.folder / name).exists()]
-        return {"config": self.config, "train": train, "checkpoint": str(final),
+        return {"config": self.config, "train": train, "checkpoint": final and str(final),
                 "greedy": "--sample" not in self.eval_options, "evals": evals}
 
     def missing_files(self) -> list[str]:

@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "eval-NAME.json and the report gets a table per set; repeat for more sets. "
                              "A set's settings run to the next option: put the settings of every run "
                              "before it")
+    parser.add_argument("--no-eval-start", action="store_false", dest="eval_start",
+                        help="do not evaluate the starting model (default: it is evaluated on every set, "
+                             "as <regime>/start/, and the report gives each estimator's change from it)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each run's model once evaluated (default: removed, the arena keeps its logs)")
     mode = parser.add_mutually_exclusive_group()
@@ -87,12 +90,14 @@ def run(args: argparse.Namespace) -> int:
         eval_sets = [parse_eval_set(words, args.eval_limit or None) for words in args.eval_sets]
         plan = plan_arena(configs, overrides, estimators, args.seeds, args.out,
                           eval_limit=args.eval_limit or None, keep_checkpoints=args.keep_checkpoints,
-                          eval_sample=args.eval == "sample", eval_sets=eval_sets)
+                          eval_sample=args.eval == "sample", eval_sets=eval_sets, eval_start=args.eval_start)
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}")
         return 2
     prefix = ["corrgrpo", "arena", *configs, *overrides, "--estimators", ",".join(plan.estimators),
               "--seeds", str(args.seeds), "--out", str(plan.out), "--eval-limit", str(args.eval_limit), "--eval", args.eval]
+    if not args.eval_start:
+        prefix.append("--no-eval-start")
     for eval_set in plan.eval_sets:
         prefix += ["--eval-set", *eval_set_words(eval_set)]
     if args.commands:
