@@ -269,3 +269,36 @@ def test_closing_closes_every_session_and_the_http_client(loop):
 
     assert loop.run(close, SLACK_S) is True
     assert all(s.closed for s in kept) and conns.clients == {} and conns.http is None
+
+
+def test_a_reset_crossing_the_servers_going_away_close_is_sent_once_more_on_a_new_session(loop, sessions):
+    """A server closes an old or idle session between episodes (code 1001, 'open a new one');
+    a reset sent as that close is on the wire meets it. The reset has no state to lose: it is
+    sent again on a new session to the same server, once; a step, another close code or a
+    second close is the fault it was."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.frames import Close
+
+    from corrgrpo_envs.integrations.openenv_quotas import GOING_AWAY
+
+    def closes(code: int, times: int):
+        seen = []
+
+        async def op(session):
+            seen.append(session)
+            if len(seen) <= times:
+                raise ConnectionClosed(Close(code, "session older than 4 s: closed (open a new one)"), None)
+            return _result()
+        return op, seen
+
+    conns = _conns(loop)
+    op, seen = closes(GOING_AWAY, 1)
+    assert conns.call(A, "reset", op, "t1").observation == {"text": "hi"}
+    assert len(seen) == 2 and seen[0] is not seen[1] and conns.clients[A] is seen[1]  # a new session
+    wait_until(lambda: seen[0].closed, timeout=SLACK_S, message="the closed session was let go")
+
+    for what, code, times in (("step", GOING_AWAY, 1), ("reset", 1006, 1), ("reset", GOING_AWAY, 2)):
+        op, seen = closes(code, times)
+        with pytest.raises(ConnectionClosed):
+            conns.call(A, what, op, "t1")
+        assert len(seen) == (2 if (what, code) == ("reset", GOING_AWAY) else 1), (what, code, times)

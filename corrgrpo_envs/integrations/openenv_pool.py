@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from corrgrpo_envs.integrations.deadline_loop import GRACE_S, DeadlineLoop
+from corrgrpo_envs.integrations.openenv_quotas import GOING_AWAY
 from corrgrpo_envs.integrations.openenv_remote import (
     RemoteEnvError,
     _BadAnswer,
@@ -93,7 +94,24 @@ class _Connections:
 
     def call(self, url: str, what: str, op: Callable[[Any], Awaitable[Any]], task: str) -> Any:
         """``await op(session)`` within ``timeout_s``; a server-side error becomes :class:`RemoteEnvError`
-        (naming ``task``), a malformed answer :class:`_BadAnswer`, a transport fault propagates."""
+        (naming ``task``), a malformed answer :class:`_BadAnswer`, a transport fault propagates.
+
+        A reset whose session the server closed as going away (code 1001: its idle or age limit,
+        a close that can cross the reset on the wire) is sent once more on a new session to the
+        same server: a reset has no episode state to lose, and the server asked for a new session,
+        so this is no fault to route around (any other close, or a second one, propagates).
+        """
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            return self._call_once(url, what, op, task)
+        except ConnectionClosed as exc:
+            if what != "reset" or exc.rcvd is None or exc.rcvd.code != GOING_AWAY:
+                raise
+        self.drop(url)
+        return self._call_once(url, what, op, task)
+
+    def _call_once(self, url: str, what: str, op: Callable[[Any], Awaitable[Any]], task: str) -> Any:
         client = self.session(url)
         try:
             result = self.loop.run(lambda: op(client), self.timeout_s)
