@@ -185,7 +185,7 @@ def test_bad_arguments_are_one_line(tmp_path):
     assert unknown.returncode == 2 and "nope" in unknown.stdout and "Traceback" not in unknown.stderr
 
 
-def test_advice_on_the_grpo_runs_is_checked_against_the_arena(tmp_path):
+def test_advice_on_the_grpo_runs_is_checked_against_the_arena(tmp_path, monkeypatch):
     """The quickstart's GRPO log (dominance, duplicates, falling letters) as each seed's run:
     each recommended estimator is a hit, miss or unresolved by its paired interval."""
     from corrgrpo.trainer.arena import ArenaPlan
@@ -210,6 +210,17 @@ def test_advice_on_the_grpo_runs_is_checked_against_the_arena(tmp_path):
     assert all(c["grpo_runs_with_finding"] == 2 and c["of_runs"] == 2 for c in out["checks"])
     assert out["hits"] == sum(v == "hit" for v in verdicts.values()) and out["misses"] == 0
     assert out["hit_rate"] == pytest.approx(out["hits"] / len(out["checks"]))
+
+    # a run holding a finding twice (two duplicate pairs) is one run with the finding, not two
+    from types import SimpleNamespace
+
+    import corrgrpo.trainer.advice.findings as findings
+
+    twice = [SimpleNamespace(run=str(tmp_path / "toy" / "grpo" / "s0"), advice_key="duplicates", condition="",
+                             recommendation=SimpleNamespace(estimators=["corrgrpo"]))] * 2
+    monkeypatch.setattr(findings, "advise", lambda runs: twice)
+    (check,) = check_advice(plan, result)["checks"]
+    assert (check["grpo_runs_with_finding"], check["of_runs"]) == (1, 2)
 
 
 def test_a_noisy_lower_mean_never_ranks_above_a_precise_higher_one():

@@ -190,7 +190,8 @@ def _bounds(config: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
 
 
 def estimator_seconds(estimator: str, shape: tuple[int, int], group_size: int, repeats: int = 20) -> float:
-    """Median seconds of one ``compute_advantages`` call on random rewards of ``shape``."""
+    """Seconds of one ``compute_advantages`` call on random rewards of ``shape``: the fastest of
+    ``repeats`` (as timeit advises: the slower ones measure the machine's load, not the estimator)."""
     import torch
 
     from corrgrpo.trainer.estimators import compute_advantages
@@ -199,11 +200,18 @@ def estimator_seconds(estimator: str, shape: tuple[int, int], group_size: int, r
     rewards = torch.rand(shape, generator=generator, dtype=torch.float64)
     groups = torch.arange(shape[0]) // group_size
     times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        compute_advantages(rewards, groups, estimator=estimator)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    # one thread, as a batch this small is computed in training: on a busy machine a second
+    # thread's wait for a core, not the estimator, would set the time
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            compute_advantages(rewards, groups, estimator=estimator)
+            times.append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return min(times)
 
 
 def _mean_ci(values: list[float]) -> dict[str, Any]:
@@ -308,12 +316,13 @@ def check_advice(plan: ArenaPlan, result: dict[str, Any]) -> dict[str, Any]:
         runs = [r for r in runs if (r / "metrics.jsonl").exists()]
         if not runs:
             continue
-        fired: dict[tuple[str, str], int] = {}
+        fired: dict[tuple[str, str], set[str]] = {}  # the runs with the finding (one may hold it twice)
         for finding in advise([str(r) for r in runs]):
             for estimator in finding.recommendation.estimators:
                 key = (finding.advice_key or finding.condition, estimator)
-                fired[key] = fired.get(key, 0) + (finding.run != "all")
-        for (advice, estimator), count in sorted(fired.items()):
+                fired.setdefault(key, set()).update([finding.run] if finding.run != "all" else [])
+        for (advice, estimator), with_finding in sorted(fired.items()):
+            count = len(with_finding)
             versus = entry["estimators"].get(estimator, {}).get("vs_baseline", {}).get("score")
             if versus is None:
                 continue
