@@ -353,7 +353,8 @@ def test_one_greedy_start_is_the_reference_of_every_seed_and_keeps_its_interval_
     evaluation's own interval over tasks."""
     from scipy import stats
 
-    from corrgrpo.trainer.arena_report import _start_lines, _task_intervals, _versus_start
+    from corrgrpo.trainer.arena_markdown import _start_lines
+    from corrgrpo.trainer.arena_report import _task_intervals, _versus_start
 
     metrics = {"num_examples": 100.0, "all_exact_accuracy": 3.0, "all_exact_ci95_low": 1.0,
                "all_exact_ci95_high": 8.5, "format": 48.0}
@@ -377,3 +378,28 @@ def test_one_greedy_start_is_the_reference_of_every_seed_and_keeps_its_interval_
     text = "\n".join(_start_lines(entry, ["grpo"], 2))
     assert "starting model scores 40.0 held-out (one evaluation: no interval over seeds)" in text
     assert "| grpo | +2.0 [±" in text
+
+
+def test_task_by_task_each_seed_is_compared_with_the_start_on_the_envs_own_verdict(tmp_path):
+    """Where the records carry the env's 0/1 verdict, each seed's final model is compared with the
+    start on the same tasks: gained, lost, and the exact McNemar p (tasks that expect no call
+    are left out, as the env's accuracy leaves them out)."""
+    from corrgrpo.trainer.arena_markdown import _task_lines
+    from corrgrpo.trainer.arena_report import _tasks_versus_start
+    from corrgrpo_envs.metrics import mcnemar_exact
+
+    def write(folder: Path, verdicts: list[bool], no_call: bool = False) -> None:
+        records = [{"task_id": f"t{i}", "reward_components": {}, "info": {"exact": v}} for i, v in enumerate(verdicts)]
+        records.append({"task_id": "none", "reward_components": {}, "info": {"exact": no_call, "expects_calls": False}})
+        folder.mkdir(parents=True)
+        (folder / "eval.json").write_text(json.dumps({"records": records}))
+
+    write(tmp_path / "start" / "s0", [False] * 8 + [True] * 2)
+    write(tmp_path / "grpo" / "s0", [True] * 7 + [False] + [True, False], no_call=True)  # +7, -1
+    write(tmp_path / "grpo" / "s1", [False] * 8 + [True] * 2)  # unchanged
+    got = _tasks_versus_start(tmp_path, "grpo", [0, 1], [0], ["eval", "bfcl"])
+    assert got == {"tasks/eval/s0": {"gained": 7, "lost": 1, "n": 10, "p": mcnemar_exact(7, 1)},
+                   "tasks/eval/s1": {"gained": 0, "lost": 0, "n": 10, "p": 1.0}}
+    assert mcnemar_exact(7, 1) == pytest.approx(2 * 9 / 256)  # two-sided binomial tail of 1 of 8
+    text = "\n".join(_task_lines({"estimators": {"grpo": {"vs_start": got}}}, ["grpo"], "eval"))
+    assert "| grpo | +7 / -1 of 10, p=0.070 | +0 / -0 of 10, p=1.000 |" in text

@@ -38,11 +38,14 @@ from typing import Any
 from corrgrpo.trainer.config import load_config, resolve_config_path
 from corrgrpo.trainer.run_queue import EvalSet, QueuedRun, run_all, run_one, threads_per_run
 
-__all__ = ["ArenaPlan", "BASELINE", "START", "EvalSet", "eval_set_words", "parse_eval_set", "plan_arena", "regime_configs",
+__all__ = ["ArenaPlan", "BASELINE", "LAST", "START", "EvalSet", "eval_set_words", "parse_eval_set", "plan_arena", "regime_configs",
            "run_arena", "scheduler_commands"]
 
 #: The estimator every other one is compared with, seed by seed.
 BASELINE = "grpo"
+
+#: A run's final value of a reward is the mean of its last LAST steps' batch means.
+LAST = 5
 
 #: The label of the starting model's evaluations in a regime's folder and the report.
 START = "start"

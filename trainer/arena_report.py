@@ -43,7 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from corrgrpo.trainer.arena import BASELINE, START, ArenaPlan
+from corrgrpo.trainer.arena import BASELINE, LAST, START, ArenaPlan
+from corrgrpo.trainer.arena_markdown import report_markdown
 from corrgrpo.trainer.arena_plot import plot_pareto
 from corrgrpo.trainer.paired_stats import holm, interval, paired_difference, tiers
 from corrgrpo.trainer.run_queue import EVAL_FILE
@@ -51,8 +52,6 @@ from corrgrpo.trainer.run_queue import EVAL_FILE
 __all__ = ["LAST", "analyze", "check_advice", "estimator_seconds", "headline_metrics", "report_markdown", "versions",
            "write_report"]
 
-#: A run's final value of a reward is the mean of its last LAST steps' batch means.
-LAST = 5
 
 
 def _records(folder: Path) -> list[dict[str, Any]]:
@@ -140,6 +139,44 @@ def _start_numbers(folder: Path, names: list[str], low: np.ndarray, high: np.nda
     held_out, score = _held_out(json.loads(eval_path.read_text()), names, low, high)
     return {"held_out": held_out, "score": score, "env_metrics": _env_metrics(folder, sets),
             "task_intervals": _task_intervals(folder, sets)}
+
+
+def _exact_tasks(path: Path) -> dict[str, bool]:
+    """``{task_id: verdict}`` of an evaluation's records that carry the env's own 0/1 verdict
+    (``info["exact"]``; a task that expects no answer to judge, ``expects_calls`` false, is left
+    out, as the env's accuracy leaves it out)."""
+    if not path.exists():
+        return {}
+    out = {}
+    for rec in json.loads(path.read_text()).get("records", []):
+        info = rec.get("info") or {}
+        if isinstance(info.get("exact"), bool) and info.get("expects_calls", True) is not False:
+            out[str(rec["task_id"])] = info["exact"]
+    return out
+
+
+def _tasks_versus_start(folder: Path, estimator: str, seeds: list[int], start_seeds: list[int],
+                        sets: list[str]) -> dict[str, dict[str, Any]]:
+    """Task by task against the start, per seed and evaluation whose records carry a 0/1 verdict:
+    the tasks gained and lost, and the exact McNemar p-value on the tasks that changed
+    (``tasks/<set>/s<seed>``). The start of the same seed, or its one evaluation."""
+    from corrgrpo_envs.metrics import mcnemar_exact
+
+    out = {}
+    for name in sets:
+        file = EVAL_FILE if name == "eval" else f"eval-{name}.json"
+        for seed in seeds:
+            start_seed = seed if seed in start_seeds else start_seeds[0]
+            before = _exact_tasks(folder / START / f"s{start_seed}" / file)
+            after = _exact_tasks(folder / estimator / f"s{seed}" / file)
+            common = sorted(set(before) & set(after))
+            if not common:
+                continue
+            gained = sum(after[t] and not before[t] for t in common)
+            lost = sum(before[t] and not after[t] for t in common)
+            out[f"tasks/{name}/s{seed}"] = {"gained": gained, "lost": lost, "n": len(common),
+                                            "p": mcnemar_exact(gained, lost)}
+    return out
 
 
 def _start_row(starts: dict[int, dict[str, Any]], names: list[str]) -> dict[str, Any]:
@@ -270,6 +307,7 @@ def analyze(plan: ArenaPlan) -> dict[str, Any]:
                     tests[f"{regime}|{e}|{key}"] = p
             if starts:
                 row["vs_start"] = _versus_start({s: runs[(e, s)] for s in seeds}, starts)
+                row["vs_start"].update(_tasks_versus_start(plan.out / regime, e, seeds, sorted(starts), sets))
                 start_tests.update({f"{regime}|{e}|{k}": v["p"] for k, v in row["vs_start"].items()})
             entry["estimators"][e] = row
         scores = {e: (r["score"]["mean"], r["score"]["ci95"]) for e, r in entry["estimators"].items()}
@@ -363,168 +401,6 @@ def versions() -> dict[str, str]:
             "transformers": transformers.__version__, "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(), "cpus": str(os.cpu_count()),
             "commit": commit or "unknown"}
-
-
-def _cell(value: dict[str, Any], digits: int) -> str:
-    mean, half = value["mean"], value["ci95"]
-    return f"{mean:.{digits}f}" + ("" if half is None or not math.isfinite(half) else f" ± {half:.{digits}f}")
-
-
-def _digits(high: float) -> int:
-    return 1 if high >= 10 else 3
-
-
-def report_markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
-    """The report's tables as Markdown."""
-    lines = [f"# Arena: {len(result['regimes'])} regimes, {meta['estimators']} estimators, "
-             f"{meta['seeds']} seeds", "",
-             f"Command: `{meta['command']}`", "",
-             "Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), ""]
-    if meta.get("wall_seconds") is not None:
-        lines += [f"Training and evaluation wall time of this invocation: {meta['wall_seconds'] / 60:.1f} min", ""]
-    lines += [f"Final = mean of the last {LAST} training steps' batch means; held-out = "
-              f"evaluation on the eval split ({meta['plan'].get('eval', 'greedy')}, first "
-              f"{meta['plan'].get('eval_limit') or 'all'} tasks); score = mean over rewards of the held-out mean in % of "
-              "its range; ± = half-width of the 95 % t-interval over seeds; tier 1 = best by score and "
-              "every estimator whose interval overlaps it (indistinguishable). Paired differences to "
-              f"GRPO: same seed, two-sided paired t-test, p Holm-corrected over all {result['num_tests']} "
-              "tests of the arena.", ""]
-    for regime, entry in result["regimes"].items():
-        names, highs = entry["rewards"], entry["high"]
-        lines += [f"## {regime}", ""]
-        if entry["goal"]:
-            lines += [f"A good estimator should {entry['goal']}.", ""]
-        lines += [f"Config: `{entry['config']}`; rewards: "
-                  + ", ".join(f"`{n}` [{lo:g}, {hi:g}]" for n, lo, hi in zip(names, entry["low"], highs)), ""]
-        order = sorted(entry["estimators"], key=lambda e: (entry["estimators"][e]["tier"],
-                                                           -entry["estimators"][e]["score"]["mean"]))
-        head = ["tier", "estimator", "held-out score (%)", *[f"{n} (final)" for n in names], "weighted (final)",
-                *[f"{n} (held-out)" for n in names]]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for e in order:
-            row = entry["estimators"][e]
-            cells = [str(row["tier"]), e, _cell(row["score"], 1),
-                     *[_cell(row["final"][n], _digits(h)) for n, h in zip(names, highs)],
-                     _cell(row["final"]["weighted"], _digits(sum(highs))),
-                     *[_cell(row["held_out"][n], _digits(h)) for n, h in zip(names, highs)]]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines += _start_lines(entry, order, result.get("num_start_tests", 0))
-        lines += ["", f"Paired difference to {BASELINE} (mean [95 % interval], Holm-corrected p):", ""]
-        head = ["estimator", "held-out score", *[f"{n} (final)" for n in names]]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for e in order:
-            versus = entry["estimators"][e]["vs_baseline"]
-            if not versus:
-                continue
-            cells = [e] + [_versus(versus[k], 1 if k == "score" else _digits(h))
-                           for k, h in [("score", 100.0), *[(f"final/{n}", h) for n, h in zip(names, highs)]]]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines += _env_metric_tables(entry, order, meta["plan"])
-        lines += ["", "Cost: training seconds per step (mean over runs) and the estimator's own time per call:", "",
-                  "| estimator | s/step | estimator (ms/call) |", "|---|---|---|"]
-        for e in order:
-            row = entry["estimators"][e]
-            lines.append(f"| {e} | {_cell(row['seconds_per_step'], 2)} | {row['estimator_seconds'] * 1e3:.3f} |")
-        lines.append("")
-    advice = result.get("advice")
-    if advice and advice["checks"]:
-        rate = advice["hit_rate"]
-        lines += ["## Advice checked against the arena", "",
-                  f"`corrgrpo advise` on each regime's GRPO runs, and whether the estimator it recommends beat "
-                  f"GRPO on the held-out score (hit: the paired 95 % interval above 0; miss: below 0; else "
-                  f"unresolved). Hit rate {advice['hits']}/{len(advice['checks'])}"
-                  + (f" ({100 * rate:.0f} %)" if rate is not None else "")
-                  + f", misses {advice['misses']}.", "",
-                  "| regime | advice | recommends | GRPO runs with the finding | score vs GRPO | verdict |",
-                  "|---|---|---|---|---|---|"]
-        for c in advice["checks"]:
-            half = "" if c["ci95"] is None else f" [±{c['ci95']:.1f}]"
-            lines.append(f"| {c['regime']} | {c['advice']} | {c['estimator']} | {c['grpo_runs_with_finding']} of "
-                         f"{c['of_runs']} | {c['score_diff']:+.1f}{half} | {c['verdict']} |")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _start_lines(entry: dict[str, Any], order: list[str], num_tests: int) -> list[str]:
-    """The starting model's held-out score, and each estimator's change from it."""
-    start = entry.get("start")
-    if not start:
-        return []
-    how = (f"one evaluation per seed ({len(start['seeds'])})" if len(start["seeds"]) > 1
-           else "one evaluation: no interval over seeds")
-    lines = ["", f"Before training, the starting model scores {_cell(start['score'], 1)} held-out ({how}). "
-             "Change from it (the estimator's mean over seeds less the start's [95 % interval over seeds], "
-             f"Holm-corrected p over the {num_tests} before/after tests):", "",
-             "| estimator | held-out score vs start |", "|---|---|"]
-    lines += [f"| {e} | {_versus(entry['estimators'][e]['vs_start']['score'], 1)} |"
-              for e in order if "score" in entry["estimators"][e].get("vs_start", {})]
-    return lines
-
-
-def _start_cell(start: dict[str, Any], name: str, k: str) -> str:
-    value = start["env_metrics"].get(name, {}).get(k)
-    if value is None:
-        return ""
-    bounds = start.get("task_intervals", {}).get(name, {}).get(k)
-    if bounds is None:
-        return _cell(value, 2)
-    return f"{value['mean']:.2f} [{bounds[0]:.2f}, {bounds[1]:.2f}]"
-
-
-def _env_metric_tables(entry: dict[str, Any], order: list[str], plan: dict[str, Any]) -> list[str]:
-    """Per evaluation (the eval split, then each extra set): each estimator's env metrics and
-    their paired difference to the baseline; with a start, its row and each estimator's change
-    from it."""
-    described = {"eval": f"the eval split ({plan.get('eval', 'greedy')}, first {plan.get('eval_limit') or 'all'} tasks)"}
-    for s in plan.get("eval_sets", []):
-        settings = ", ".join(f"`{o}`" for o in s["overrides"]) or "none"
-        described[s["name"]] = (f"extra set `{s['name']}`: split `{s['split']}`, first {s['limit'] or 'all'} tasks, "
-                                f"settings {settings}")
-    lines: list[str] = []
-    for name, what in described.items():
-        metrics: list[str] = []
-        for e in order:
-            metrics += [k for k in entry["estimators"][e]["env_metrics"].get(name, {}) if k not in metrics]
-        if not metrics:
-            continue
-        lines += ["", f"Env metrics on {what}: mean ± 95 % interval over seeds, then the paired difference "
-                  f"to {BASELINE} [95 % interval], Holm-corrected p:", ""]
-        head = ["estimator", *metrics, *[f"{k} vs {BASELINE}" for k in metrics]]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        start = entry.get("start")
-        if start and name in start["env_metrics"]:
-            lines.append("| " + " | ".join([f"{START} (before training)", *[_start_cell(start, name, k) for k in metrics],
-                                            *[""] * len(metrics)]) + " |")
-        for e in order:
-            row = entry["estimators"][e]
-            values = row["env_metrics"].get(name, {})
-            versus = row["vs_baseline"]
-            cells = [e, *[_cell(values[k], 2) if k in values else "" for k in metrics],
-                     *[_versus(versus[f"env/{name}/{k}"], 2) if f"env/{name}/{k}" in versus
-                       else ("(baseline)" if e == BASELINE else "") for k in metrics]]
-            lines.append("| " + " | ".join(cells) + " |")
-        if start and name in start["env_metrics"]:
-            one = len(start["seeds"]) == 1
-            lines += ["", f"Change from the starting model on {what} (mean over seeds less the start's [95 % interval "
-                      "over seeds], Holm-corrected p over the before/after tests"
-                      + ("; the start's row above gives its own interval over tasks" if one and start.get("task_intervals", {}).get(name) else "")
-                      + "):", "",
-                      "| " + " | ".join(["estimator", *[f"{k} vs {START}" for k in metrics]]) + " |",
-                      "|" + "---|" * (len(metrics) + 1)]
-            for e in order:
-                versus = entry["estimators"][e].get("vs_start", {})
-                cells = [_versus(versus[f"env/{name}/{k}"], 2) if f"env/{name}/{k}" in versus else "" for k in metrics]
-                if any(cells):
-                    lines.append("| " + " | ".join([e, *cells]) + " |")
-    return lines
-
-
-def _versus(v: dict[str, Any], digits: int) -> str:
-    half = v["ci95"]
-    p = v.get("p_holm", v["p"])
-    p_text = "n/a" if p is None or not math.isfinite(p) else ("<0.001" if p < 0.001 else f"{p:.3f}")
-    spread = "" if half is None or not math.isfinite(half) else f" [±{half:.{digits}f}]"
-    return f"{v['diff']:+.{digits}f}{spread}, p={p_text}"
 
 
 def write_report(plan: ArenaPlan, command: str, wall_seconds: float | None = None) -> dict[str, Any]:
