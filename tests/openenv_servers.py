@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +15,24 @@ import httpx
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def die_with_parent() -> None:
+    """In a child, before it runs: the kernel sends it SIGTERM when the process that started it
+    ends, however it ends, so a killed test run (or pytest worker) leaves no server behind (Linux's
+    ``PR_SET_PDEATHSIG``; elsewhere nothing). The signal follows the *thread* that started the
+    child, so only a server started from the main thread is bound (one restarted by a fault
+    injector's thread would end with that thread)."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 class Server:
@@ -43,7 +62,8 @@ class Server:
                "OMP_NUM_THREADS": "1", **self.extra_env}
         env = {k: v for k, v in env.items() if v is not None}  # None in ``env`` unsets a variable
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         preexec_fn=die_with_parent if _main_thread() else None)
         return self
 
     def start(self, timeout: float = 120.0) -> Server:
