@@ -164,7 +164,8 @@ def test_the_printed_commands_run_the_arena_and_the_report_merges_them(tmp_path,
     assert (out / "pareto.png").stat().st_size > 1000
 
     again = _corrgrpo(*common, "--parallel", "2", cwd=tmp_path)  # resumes: every run is finished
-    assert again.returncode == 0 and "6 already finished" in again.stdout
+    assert again.returncode == 0 and "6 runs (1 regimes x 2 estimators x 2 seeds, and 2 evaluations of the starting model)" in again.stdout
+    assert "6 already finished" in again.stdout
     rerun = json.loads((out / "results.json").read_text())
     assert _without_timing(rerun["regimes"]) == _without_timing(result["regimes"])
 

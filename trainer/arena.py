@@ -233,8 +233,10 @@ def run_arena(plan: ArenaPlan, parallel: int, only: str | None = None,
             raise ValueError(f"no run {only!r} in this arena; its runs are named like {runs[0].label}")
         results = [run_one(chosen[0], save_every(chosen[0]), threads_per_run(1))]
     else:
+        starts = len(plan.regimes) * len(plan.start_seeds)
         log(f"{len(runs)} runs ({len(plan.regimes)} regimes x {len(plan.estimators)} estimators x "
-            f"{plan.seeds} seeds) into {plan.out}, {parallel} at a time; "
+            f"{plan.seeds} seeds" + (f", and {starts} evaluations of the starting model" if starts else "")
+            + f") into {plan.out}, {parallel} at a time; "
             f"{sum(r.finished for r in runs)} already finished")
         results = run_all(runs, parallel, save_every, log=log)
     return {"wall_seconds": time.perf_counter() - t0,
