@@ -28,6 +28,7 @@ pytest.importorskip("openenv", reason="the openenv extra is not installed")
 httpx = pytest.importorskip("httpx")
 
 from corrgrpo_envs.integrations.openenv_limits import TOKEN_VARIABLE, is_loopback  # noqa: E402
+from corrgrpo_envs.integrations.openenv_probe_harness import P99_BOUND_VARIABLE, p99_floor_s  # noqa: E402
 from tests.openenv_attacks import SQUATTERS  # noqa: E402
 from tests.openenv_servers import ROOT, Server, free_port  # noqa: E402
 from tests.waiting import wait_until  # noqa: E402
@@ -150,7 +151,10 @@ def _under_attack(server: Server, kind: str, seconds: float = 4.0, token: str | 
         shown = {"bodies": len(attempts), "statuses": sorted({a["status"] for a in attempts}),
                  "most_sent_mb": max(a["sent_mb"] for a in attempts)}
     print(f"\nFIGURES {json.dumps(figures)}\nATTACKER {json.dumps(shown)[:600]}")
-    assert p99 <= max(0.25, 10 * idle_p99), f"the legitimate client stalled under the {kind} attack: {figures}"
+    # a machine whose other work starves the server during the attack itself may raise the floor
+    # as the red-team probes do (CORRGRPO_REDTEAM_P99_BOUND_MS); the counts and memory still decide
+    floor = p99_floor_s() if P99_BOUND_VARIABLE in os.environ else 0.25
+    assert p99 <= max(floor, 10 * idle_p99), f"the legitimate client stalled under the {kind} attack: {figures}"
     assert rss_peak - rss_idle <= MEMORY_MB, f"the server's memory grew under the {kind} attack: {figures}"
     return figures, counts
 
