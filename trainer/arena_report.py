@@ -47,7 +47,7 @@ from corrgrpo.trainer.arena import BASELINE, LAST, START, ArenaPlan
 from corrgrpo.trainer.arena_markdown import report_markdown
 from corrgrpo.trainer.arena_plot import plot_pareto
 from corrgrpo.trainer.paired_stats import holm, interval, paired_difference, tiers
-from corrgrpo.trainer.run_queue import EVAL_FILE
+from corrgrpo.trainer.run_queue import EVAL_FILE, EvalSet
 
 __all__ = ["LAST", "analyze", "check_advice", "estimator_seconds", "headline_metrics", "report_markdown", "versions",
            "write_report"]
@@ -71,11 +71,16 @@ def headline_metrics(metrics: dict[str, Any]) -> list[str]:
             and isinstance(v, (int, float)) and not isinstance(v, bool)]
 
 
+def _eval_file(name: str) -> str:
+    """A run's file of the evaluation ``name``: ``eval.json`` for the eval split, else the extra set's."""
+    return EVAL_FILE if name == "eval" else EvalSet(name).file
+
+
 def _env_metrics(folder: Path, sets: list[str]) -> dict[str, dict[str, float]]:
     """``{set: {metric: value}}`` of a run's evaluations that exist (``eval`` is ``eval.json``)."""
     out = {}
     for name in sets:
-        path = folder / (EVAL_FILE if name == "eval" else f"eval-{name}.json")
+        path = folder / _eval_file(name)
         if path.exists():
             metrics = json.loads(path.read_text()).get("metrics", {})
             out[name] = {k: float(metrics[k]) for k in headline_metrics(metrics)}
@@ -87,7 +92,7 @@ def _task_intervals(folder: Path, sets: list[str]) -> dict[str, dict[str, tuple[
     env reports one (``<prefix>_ci95_low``/``_high`` for a metric named ``<prefix>`` or ``<prefix>_*``)."""
     out = {}
     for name in sets:
-        path = folder / (EVAL_FILE if name == "eval" else f"eval-{name}.json")
+        path = folder / _eval_file(name)
         if not path.exists():
             continue
         metrics = json.loads(path.read_text()).get("metrics", {})
@@ -164,7 +169,7 @@ def _tasks_versus_start(folder: Path, estimator: str, seeds: list[int], start_se
 
     out = {}
     for name in sets:
-        file = EVAL_FILE if name == "eval" else f"eval-{name}.json"
+        file = _eval_file(name)
         for seed in seeds:
             start_seed = seed if seed in start_seeds else start_seeds[0]
             before = _exact_tasks(folder / START / f"s{start_seed}" / file)
