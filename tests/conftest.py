@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import settings
 
 from tests.file_costs import load, longest_first
@@ -53,3 +54,25 @@ def pytest_collection_modifyitems(config, items) -> None:
     """Longest files first (tests/file_costs.json); each file's own order kept."""
     order = longest_first([item.nodeid for item in items], load())
     items[:] = [items[i] for i in order]
+
+
+#: A probe step's share of host CPU in this process, in units of reference work (tests/cpu_budget.py).
+PROBE_HOST_UNITS = 45
+
+
+@pytest.fixture
+def probe_budget(monkeypatch) -> float:
+    """The judge probes' budget of host CPU per step, made of the judge worker's CPU deadline
+    (a behaviour: overshooting it by the deadline itself is generous) and this process's share
+    counted in units measured now. The probes' own budget (1 s, what the red team reports) is
+    absolute; the worker alone may take half of it, so a loaded machine could break it (a
+    docker step measured 1.07 s on a busy CI machine)."""
+    from cpu_budget import CpuBudget
+
+    from corrgrpo_envs.code import judge_probes
+    from corrgrpo_envs.code.judge_pool import JUDGE_CPU_SECONDS
+
+    host = CpuBudget(PROBE_HOST_UNITS, "a probe's step, this process's share")
+    seconds = 2 * JUDGE_CPU_SECONDS + host.seconds
+    monkeypatch.setattr(judge_probes, "HOST_CPU_BUDGET", seconds)
+    return seconds

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from corrgrpo_envs.code import judge_probes
 from corrgrpo_envs.code.judge import BOUND_STATUS, CallPlan, judge
-from corrgrpo_envs.code.judge_pool import JUDGE_CPU_SECONDS, JudgePool
+from corrgrpo_envs.code.judge_pool import JudgePool
 from corrgrpo_envs.tasks import Task
 from corrgrpo_sandbox import calls
 from corrgrpo_sandbox.calls import NotPlain, OverBound, decode, encode
@@ -225,18 +225,6 @@ def decode_budget() -> CpuBudget:
 @pytest.fixture(scope="module")
 def verdict_budget() -> CpuBudget:
     return CpuBudget(VERDICT_HOST_UNITS, "a verdict through the pool, this process's share")
-
-
-@pytest.fixture
-def probe_budget(monkeypatch) -> float:
-    """The probes' budget of host CPU per step, made of the judge worker's CPU deadline (a
-    behaviour: overshooting it by the deadline itself is generous) and this process's share
-    counted in units measured now. The probes' own budget (1 s, what the red team reports) is
-    absolute; the worker alone may take half of it, so a loaded machine could break it."""
-    host = CpuBudget(VERDICT_HOST_UNITS, "a probe's step, this process's share")
-    seconds = 2 * JUDGE_CPU_SECONDS + host.seconds
-    monkeypatch.setattr(judge_probes, "HOST_CPU_BUDGET", seconds)
-    return seconds
 
 
 #: The heaviest shape of each kind, so every run tries them (hypothesis starts small).

@@ -32,10 +32,11 @@ def _args(**kwargs) -> argparse.Namespace:
                                  "list": False, **kwargs})
 
 
-def test_every_attack_class_holds_on_the_process_backend(capsys):
+def test_every_attack_class_holds_on_the_process_backend(capsys, probe_budget):
     from corrgrpo_envs.redteam import register_domains
 
     register_domains()  # every domain's classes, as the command registers them
+    # (probe_budget: the judge probes' 1 s of host CPU, scaled to this machine's load)
     # the OpenEnv boundary's classes run in a process of their own (tests/test_redteam_openenv.py)
     names = [a.name for a in redteam.ATTACKS if not a.name.startswith("openenv_")]
     code = run(_args(only=names))

