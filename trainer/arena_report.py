@@ -196,23 +196,40 @@ def _start_row(starts: dict[int, dict[str, Any]], names: list[str]) -> dict[str,
     return row
 
 
+def _measures(env_metrics: list[dict[str, dict[str, Any]]], final: list[str] = ()) -> dict[str, Any]:
+    """Each measure two sets of runs are compared on, by key, with how to read it from a run's
+    numbers: the held-out score, the final value of each of ``final``, and every env metric of
+    every evaluation that one of ``env_metrics`` (``{set: {metric: ...}}``) names."""
+    out: dict[str, Any] = {"score": lambda m: m["score"]}
+    out.update({f"final/{n}": (lambda m, n=n: m["final"][n]) for n in final})
+    for sets in env_metrics:
+        for name, metrics in sets.items():
+            out.update({f"env/{name}/{k}": (lambda m, name=name, k=k: m["env_metrics"].get(name, {}).get(k))
+                        for k in metrics})
+    return out
+
+
+def _compared(pairs: list[tuple[Any, Any]], least: int) -> dict[str, Any] | None:
+    """The paired difference of ``(ours, theirs)`` values, leaving out the pairs that lack one
+    (an evaluation some runs lack, e.g. a set still being evaluated); None under ``least`` pairs."""
+    pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+    if len(pairs) < least:
+        return None
+    diff, half, p = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
+    return {"diff": diff, "ci95": half, "p": p, "n": len(pairs)}
+
+
 def _versus_start(runs: dict[int, dict[str, Any]], starts: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """Each measure's change from the start: paired by seed when the start has every seed, else
     against its one evaluation (an interval over the estimator's seeds)."""
-    measures: dict[str, Any] = {"score": lambda m: m["score"]}
-    for m in [*runs.values(), *starts.values()]:
-        for name, metrics in m["env_metrics"].items():
-            measures.update({f"env/{name}/{k}": (lambda m, name=name, k=k: m["env_metrics"].get(name, {}).get(k))
-                             for k in metrics})
+    measures = _measures([m["env_metrics"] for m in [*runs.values(), *starts.values()]])
+    only = next(iter(starts.values()))
     out = {}
     for key, get in measures.items():
-        pairs = [(get(m), get(starts[s] if s in starts else next(iter(starts.values()))))
+        pairs = [(get(m), get(starts[s] if s in starts else only))
                  for s, m in runs.items() if len(starts) == 1 or s in starts]
-        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
-        if not pairs:
-            continue
-        diff, half, p = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
-        out[key] = {"diff": diff, "ci95": half, "p": p, "n": len(pairs)}
+        if (compared := _compared(pairs, least=1)) is not None:
+            out[key] = compared
     return out
 
 
@@ -297,19 +314,11 @@ def analyze(plan: ArenaPlan) -> dict[str, Any]:
             }
             paired = [s for s in seeds if (BASELINE, s) in runs]
             if e != BASELINE and len(paired) >= 2:
-                measures = {"score": lambda m: m["score"]}
-                measures.update({f"final/{n}": (lambda m, n=n: m["final"][n]) for n in [*names, "weighted"]})
-                for name, metrics in row["env_metrics"].items():
-                    measures.update({f"env/{name}/{k}": (lambda m, name=name, k=k: m["env_metrics"].get(name, {}).get(k))
-                                     for k in metrics})
-                for key, get in measures.items():
-                    both = [s for s in paired if get(runs[(e, s)]) is not None and get(runs[(BASELINE, s)]) is not None]
-                    if len(both) < 2:  # an evaluation some runs lack (a set still being evaluated)
-                        continue
-                    diff, half, p = paired_difference([get(runs[(e, s)]) for s in both],
-                                                      [get(runs[(BASELINE, s)]) for s in both])
-                    row["vs_baseline"][key] = {"diff": diff, "ci95": half, "p": p, "n": len(both)}
-                    tests[f"{regime}|{e}|{key}"] = p
+                for key, get in _measures([row["env_metrics"]], [*names, "weighted"]).items():
+                    compared = _compared([(get(runs[(e, s)]), get(runs[(BASELINE, s)])) for s in paired], least=2)
+                    if compared is not None:
+                        row["vs_baseline"][key] = compared
+                        tests[f"{regime}|{e}|{key}"] = compared["p"]
             if starts:
                 row["vs_start"] = _versus_start({s: runs[(e, s)] for s in seeds}, starts)
                 row["vs_start"].update(_tasks_versus_start(plan.out / regime, e, seeds, sorted(starts), sets))
