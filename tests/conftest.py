@@ -56,10 +56,6 @@ def pytest_collection_modifyitems(config, items) -> None:
     items[:] = [items[i] for i in order]
 
 
-#: A probe step's share of host CPU in this process, in units of reference work (tests/cpu_budget.py).
-PROBE_HOST_UNITS = 45
-
-
 @pytest.fixture
 def probe_budget(monkeypatch) -> float:
     """The judge probes' budget of host CPU per step, made of the judge worker's CPU deadline
@@ -68,11 +64,12 @@ def probe_budget(monkeypatch) -> float:
     absolute; the worker alone may take half of it, so a loaded machine could break it (a
     docker step measured 1.07 s on a busy CI machine)."""
     from cpu_budget import CpuBudget
+    from step_checks import VERDICT_HOST_UNITS
 
     from corrgrpo_envs.code import judge_probes
     from corrgrpo_envs.code.judge_pool import JUDGE_CPU_SECONDS
 
-    host = CpuBudget(PROBE_HOST_UNITS, "a probe's step, this process's share")
+    host = CpuBudget(VERDICT_HOST_UNITS, "a probe's step, this process's share")
     seconds = 2 * JUDGE_CPU_SECONDS + host.seconds
     monkeypatch.setattr(judge_probes, "HOST_CPU_BUDGET", seconds)
     return seconds

@@ -334,23 +334,31 @@ async def squat(url: str, seconds: float, token: str | None) -> dict[str, Any]:
     return {**counts, "most_held_at_once": most_held}
 
 
+async def reset_from_the_attackers_address(url: str) -> str:
+    """One WebSocket from :data:`ATTACKER_ADDRESS` that resets, then closes: ``"reset answered"``,
+    ``"reset refused <code>"`` (an error reply) or ``"reset: <close>"`` (closed before the reply)."""
+    from websockets.asyncio.client import connect
+
+    async with connect(_ws_url(url), open_timeout=30, local_addr=(ATTACKER_ADDRESS, 0), compression=None) as ws:
+        try:
+            await ws.send(json.dumps({"type": "reset", "data": {}}))
+            reply = json.loads(await asyncio.wait_for(ws.recv(), 30))
+        except Exception as exc:  # refused before the reset went out: the close says why
+            return f"reset: {_closed_code(exc)}"
+    if reply.get("type") == "error":
+        return f"reset refused {reply.get('data', {}).get('code')}"
+    return "reset answered"
+
+
 async def churn(url: str, seconds: float, token: str | None) -> dict[str, Any]:
     """Open and close WebSocket connections as fast as the server takes them (one in four resets)."""
     from websockets.asyncio.client import connect
 
     async def one(i: int) -> str:
-        async with connect(_ws_url(url), open_timeout=30, local_addr=(ATTACKER_ADDRESS, 0),
-                           compression=None) as ws:
-            if i % 4:
-                return "opened and closed"
-            try:
-                await ws.send(json.dumps({"type": "reset", "data": {}}))
-                reply = json.loads(await asyncio.wait_for(ws.recv(), 30))
-            except Exception as exc:  # refused before the reset went out: the close says why
-                return f"reset: {_closed_code(exc)}"
-            if reply.get("type") == "error":
-                return f"reset refused {reply.get('data', {}).get('code')}"
-            return "reset answered"
+        if i % 4 == 0:
+            return await reset_from_the_attackers_address(url)
+        async with connect(_ws_url(url), open_timeout=30, local_addr=(ATTACKER_ADDRESS, 0), compression=None):
+            return "opened and closed"
 
     return await _hammer(seconds, 16, one)
 

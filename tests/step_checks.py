@@ -10,6 +10,11 @@ from cpu_budget import CpuBudget, least_cpu_seconds
 STEP_BUDGET_UNITS = 10
 
 
+#: CPU one verdict through the judge pool may cost this process, besides the worker's (about
+#: 0.5 s here: the worker may take the other half of the step's 1 s); the judge probes' steps too.
+VERDICT_HOST_UNITS = 45
+
+
 def step_budget(what: str = "one step", steps: int = 1) -> CpuBudget:
     """The CPU budget of ``steps`` steps, its unit measured now."""
     return CpuBudget(STEP_BUDGET_UNITS * steps, what)

@@ -23,6 +23,7 @@ import pytest
 from cpu_budget import CpuBudget, cpu_seconds
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from step_checks import VERDICT_HOST_UNITS
 
 from corrgrpo_envs.code import judge_probes
 from corrgrpo_envs.code.judge import BOUND_STATUS, CallPlan, judge
@@ -35,9 +36,6 @@ HASH_MODULUS = (1 << 61) - 1
 #: CPU one decode of any record may cost this process, in units of reference work (about 1 s
 #: here, the budget of a whole step).
 DECODE_UNITS = 90
-#: CPU one verdict through the pool may cost this process, besides the worker's (about 0.5 s
-#: here: the worker may take the other half of the step's 1 s).
-VERDICT_HOST_UNITS = 45
 
 
 class Run:

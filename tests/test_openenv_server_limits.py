@@ -12,6 +12,7 @@ server's memory must stay within 100 MB of idle.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -29,7 +30,7 @@ httpx = pytest.importorskip("httpx")
 
 from corrgrpo_envs.integrations.openenv_limits import TOKEN_VARIABLE, is_loopback  # noqa: E402
 from corrgrpo_envs.integrations.openenv_probe_harness import P99_BOUND_VARIABLE, p99_floor_s  # noqa: E402
-from tests.openenv_attacks import ATTACKER_ADDRESS, SQUATTERS  # noqa: E402
+from tests.openenv_attacks import SQUATTERS, reset_from_the_attackers_address  # noqa: E402
 from tests.openenv_servers import ROOT, Server, free_port  # noqa: E402
 from tests.waiting import wait_until  # noqa: E402
 
@@ -263,29 +264,9 @@ def test_connect_close_churn_is_rate_limited_and_does_not_stall_sessions(server)
     # A connection admitted while the quota's sessions are still closing is refused
     # CAPACITY_REACHED (the quota at work: a busy CI machine saw 1 in 800 resets). What must not
     # happen is a slot that stays taken: once the churn stops, the attacker's address plays again.
-    wait_until(lambda: _reset_from_the_attackers_address(server) == "answered", timeout=30, interval=0.5,
-               message="a reset from the churning address after the churn")
+    wait_until(lambda: asyncio.run(reset_from_the_attackers_address(server.base)) == "reset answered",
+               timeout=30, interval=0.5, message="a reset from the churning address after the churn")
 
-
-def _reset_from_the_attackers_address(server: Server) -> str:
-    """One reset over a WebSocket from :data:`ATTACKER_ADDRESS`: "answered", or how it was refused."""
-    import asyncio
-
-    from websockets.asyncio.client import connect
-
-    from corrgrpo_envs.integrations.openenv_probe_harness import _ws_url
-
-    async def reset() -> str:
-        try:
-            async with connect(_ws_url(server.base), open_timeout=10, local_addr=(ATTACKER_ADDRESS, 0),
-                               compression=None) as ws:
-                await ws.send(json.dumps({"type": "reset", "data": {}}))
-                reply = json.loads(await asyncio.wait_for(ws.recv(), 10))
-        except Exception as exc:  # refused for the rate: closed before the reply
-            return f"refused: {exc}"
-        return "answered" if reply.get("type") != "error" else f"refused {reply.get('data', {}).get('code')}"
-
-    return asyncio.run(reset())
 
 
 def test_uvicorns_handshake_error_is_dropped_only_after_our_own_refusal():
